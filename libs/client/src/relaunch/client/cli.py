@@ -1,0 +1,147 @@
+"""The `relaunch` command line. Exit codes: 0 ok, 1 not found, 2 usage, 3 a server is unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from relaunch.common.optin import OPTIONS, parse_comment
+from relaunch.common.schemas import dump
+
+from .events import subscribe
+
+app = typer.Typer(help="relaunch: keeps GPU training runs on Slurm moving.", no_args_is_help=True,
+                  add_completion=False)
+jobs_app = typer.Typer(help="Jobs in the ledger.")
+policy_app = typer.Typer(help="The opt-in grammar of job comments.")
+events_app = typer.Typer(help="Live events.")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(policy_app, name="policy")
+app.add_typer(events_app, name="events")
+
+console = Console()
+err = Console(stderr=True)
+
+EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+
+
+def _api() -> str:
+    return os.environ.get("RELAUNCH_API_URL", "http://127.0.0.1:14080").rstrip("/")
+
+
+def _cluster(cluster: str | None) -> str:
+    return cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+
+
+def _get(path: str, params: dict | None = None) -> dict:
+    url = _api() + path
+    try:
+        resp = httpx.get(url, params=params, timeout=10)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]cannot reach the relaunch API at {_api()}[/red]: {exc}\n"
+                  "Is the stack up (make up) and RELAUNCH_API_URL set (source .run/env)?")
+        raise typer.Exit(EXIT_UNREACHABLE) from exc
+    if resp.status_code == 404:
+        err.print(f"[yellow]{resp.json().get('detail', 'not found')}[/yellow]")
+        raise typer.Exit(EXIT_NOT_FOUND)
+    if resp.status_code >= 400:
+        err.print(f"[red]the API answered {resp.status_code}[/red]: {resp.text[:2000]}")
+        raise typer.Exit(EXIT_UNREACHABLE if resp.status_code >= 500 else EXIT_USAGE)
+    return resp.json()
+
+
+@jobs_app.callback(invoke_without_command=True)
+def jobs(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this cluster."),
+         limit: int = typer.Option(50, min=1, max=1000), as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the jobs relaunch tracks, newest activity first."""
+    if ctx.invoked_subcommand is not None:
+        return
+    data = _get("/v1/jobs", {"limit": limit, **({"cluster": cluster} if cluster else {})})
+    if as_json:
+        print(json.dumps(data["jobs"], indent=2))
+        return
+    table = Table("cluster", "job", "name", "state", "attempts", "verdict", "why")
+    for job in data["jobs"]:
+        table.add_row(job["cluster"], job["job_id"], job["name"], job["state"], str(job["attempt_count"]),
+                      job["verdict"], job["verdict_reason"][:80])
+    console.print(table)
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name (default: $RELAUNCH_CLUSTER)."),
+              as_json: bool = typer.Option(False, "--json", help="One JSON object: job, attempts, anomalies, "
+                                                               "advice, audit.")) -> None:
+    """Show one job from the ledger: its attempts, anomalies, advice and audit trail."""
+    data = _get(f"/v1/jobs/{_cluster(cluster)}/{job_id}")
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    job = data["job"]
+    console.print(f"[bold]job {job['job_id']}[/bold] on {job['cluster']}: {job['name']}  state={job['state']}  "
+                  f"verdict={job['verdict']}")
+    if job["verdict_reason"]:
+        console.print(f"  why: {job['verdict_reason']}")
+    for a in data["attempts"]:
+        exit_note = "" if a["exit_code"] is None else f" exit {a['exit_code']}"
+        console.print(f"  attempt {a['index']}: {a['state']} on {','.join(a['nodes']) or '-'}{exit_note}")
+    for an in data["anomalies"]:
+        console.print(f"  anomaly (attempt {an['attempt']}): {an['category']} ({an['fault_domain']} fault, action {an['action']}): {an['summary']}")
+        for ev in an["evidence"]:
+            console.print(f"      {ev['path']}@{ev['offset']}: {ev['text'][:160]}")
+    for ad in data["advice"]:
+        console.print(f"  advice gen {ad['generation']}: {ad['operation']} exclude={ad['exclude_nodes'] or '-'} "
+                      f"→ {ad['status']} {ad['status_reason']}")
+        for step in ad.get("reconcile", []):
+            console.print(f"      {step['at'][11:23]} {step['status']:<9} {step['step'] or step['reason']}")
+
+
+@policy_app.command("check")
+def policy_check(comment: str) -> None:
+    """Parse a job comment as relaunch would; exit 2 when its options are invalid."""
+    optin = parse_comment(comment)
+    if not optin.opted_in:
+        console.print("not opted in: the comment has no 'relaunch' token")
+        raise typer.Exit(EXIT_NOT_FOUND)
+    for error in optin.errors:
+        console.print(f"[red]error[/red]: {error}")
+    effective = {name: optin.options.get(name, spec.default) for name, spec in OPTIONS.items()}
+    console.print(f"mode: {'observe-only' if optin.observe_only else 'act'}")
+    console.print(f"effective policy: {json.dumps(effective)}")
+    if optin.errors:
+        raise typer.Exit(EXIT_USAGE)
+
+
+@events_app.command("tail")
+def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject filter."),
+                as_json: bool = typer.Option(False, "--json", help="Print each message body as JSON.")) -> None:
+    """Follow relaunch messages live until interrupted."""
+    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+
+    async def run() -> None:
+        async for subj, msg in subscribe(url, subject):
+            if as_json:
+                print(dump(msg).decode(), flush=True)
+            else:
+                console.print(f"[dim]{subj}[/dim] {type(msg).__name__} {msg.model_dump_json(exclude={'schema_'})[:300]}")
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        err.print(f"[red]cannot reach NATS at {url}[/red]: {exc}")
+        raise typer.Exit(EXIT_UNREACHABLE) from exc
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,1 @@
+"""relaunch.common: what every relaunch part shares (schemas, subjects, settings, bus, errors)."""

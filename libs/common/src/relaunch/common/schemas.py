@@ -1,0 +1,203 @@
+"""Every message body relaunch puts on the bus (contract).
+
+Invariants:
+- models are frozen and forbid unknown fields; each carries `schema` = "relaunch.<type>/v<n>";
+- changes are additive only: a new optional field keeps v1, anything else is a v2 model;
+- identifiers that end up in a subject token or a Slurm argv are validated here, once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
+
+
+def validate_name(value: str) -> str:
+    if not _TOKEN.match(value):
+        raise ValueError(f"{value!r} is not a valid name (letters, digits, '_' and '-', 1-64 chars)")
+    return value
+
+
+def _job_id(value: str) -> str:
+    if not _JOB_ID.match(value):
+        raise ValueError(f"{value!r} is not a Slurm job id (digits, optionally _arrayindex)")
+    return value
+
+
+Name = Annotated[str, AfterValidator(validate_name)]
+JobId = Annotated[str, AfterValidator(_job_id)]
+
+FaultDomain = Literal["hardware", "infrastructure", "application", "resource", "scheduler", "unknown"]
+Action = Literal["restart", "restart_excluding", "stop"]
+Operation = Literal["restart", "terminate"]
+ReconcileState = Literal["PENDING", "CONVERGED", "ABANDONED"]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobObserved(Message):
+    """What the actuator's scheduler observer saw of one opted-in job."""
+
+    schema_: Literal["relaunch.job_observed/v1"] = Field("relaunch.job_observed/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    name: str = ""
+    state: str
+    reason: str = ""
+    restarts: int = Field(ge=0)
+    nodes: list[Name] = []
+    comment: str = ""
+    partition: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    observed_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class LogBatch(Message):
+    """A batch of raw log lines of one job attempt, in file order."""
+
+    schema_: Literal["relaunch.log_batch/v1"] = Field("relaunch.log_batch/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    attempt: int = Field(ge=0)
+    path: str
+    offset: int = Field(ge=0, description="byte offset of the first line in the file")
+    lines: list[str]
+    read_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class EvidenceLine(Message):
+    path: str
+    offset: int = Field(ge=0)
+    text: str
+
+
+class AnomalyDetected(Message):
+    """The detector's finding about one attempt of one job."""
+
+    schema_: Literal["relaunch.anomaly/v1"] = Field("relaunch.anomaly/v1", alias="schema")
+    anomaly_id: str
+    cluster: Name
+    job_id: JobId
+    attempt: int = Field(ge=0)
+    kind: Literal["crash", "hang", "straggler"]
+    source: Literal["log", "scheduler", "progress", "node"]
+    signature_id: str
+    category: str
+    fault_domain: FaultDomain
+    action: Action
+    summary: str
+    nodes: list[Name] = []
+    evidence: list[EvidenceLine] = []
+    detected_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Advice(Message):
+    """The decider's durable intent for one attempt (DESIGN.md section 4)."""
+
+    schema_: Literal["relaunch.advice/v1"] = Field("relaunch.advice/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    attempt: int = Field(ge=0, description="the Slurm restart count of the attempt that failed")
+    generation: int = Field(ge=1)
+    operation: Operation
+    exclude_nodes: list[Name] = []
+    reason: str
+    evidence_refs: list[str] = []
+    policy: dict[str, int | str | bool] = {}
+    issued_at: dt.datetime
+    expires_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ReconcileStatus(Message):
+    """The actuator's report on one Advice generation."""
+
+    schema_: Literal["relaunch.reconcile_status/v1"] = Field("relaunch.reconcile_status/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    generation: int = Field(ge=1)
+    status: ReconcileState
+    reason: str
+    step: str = ""
+    detail: str = ""
+    at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class AuditEntry(Message):
+    """One thing a service did or chose not to do, for the ledger."""
+
+    schema_: Literal["relaunch.audit/v1"] = Field("relaunch.audit/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    service: str
+    action: str
+    detail: str = ""
+    idempotency_key: str
+    at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class GpuReading(Message):
+    index: int = Field(ge=0)
+    temperature_c: float | None = None
+    xids: list[int] = []
+    ecc_uncorrected: int = 0
+
+
+class NodeHealth(Message):
+    """gpu-probe's reading of one node; the interval publications are also heartbeats."""
+
+    schema_: Literal["relaunch.node_health/v1"] = Field("relaunch.node_health/v1", alias="schema")
+    cluster: Name
+    node: Name
+    verdict: Literal["healthy", "degraded", "failed"]
+    reasons: list[str] = []
+    gpus: list[GpuReading] = []
+    backend: Literal["nvml", "fake"]
+    at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class DeadLetter(Message):
+    """A message a service could not accept, with the reason (payload kept, truncated)."""
+
+    schema_: Literal["relaunch.dead_letter/v1"] = Field("relaunch.dead_letter/v1", alias="schema")
+    service: str
+    subject: str
+    reason: str
+    payload: str
+    payload_bytes: int
+    at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+ALL_MODELS: tuple[type[Message], ...] = (
+    JobObserved, LogBatch, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
+)
+
+
+def dump(model: Message) -> bytes:
+    """Serialise with the `schema` alias, as on the wire."""
+    return model.model_dump_json(by_alias=True).encode()

@@ -1,0 +1,68 @@
+"""Settings shared by every service; each service adds its own class with its own prefix.
+
+Every field is documented beside its default. Unknown keys in a settings file are an error.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CommonSettings(BaseSettings):
+    """Read from RELAUNCH_* environment variables (what `make up` writes to .run/env)."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAUNCH_", extra="ignore", frozen=True)
+
+    nats_url: str = "nats://127.0.0.1:14222"
+    """NATS server with JetStream."""
+    database_url: str = "postgresql://postgres@127.0.0.1:14432/relaunch"
+    """Postgres ledger (decider writes, api reads)."""
+    redis_url: str = "redis://127.0.0.1:14379/0"
+    """Redis for the detector's hot state."""
+    api_url: str = "http://127.0.0.1:14080"
+    """Where the relaunch API listens (used by the CLI)."""
+    cluster: str = "local"
+    """Slurm cluster name; a subject token, so letters, digits, '_' and '-' only."""
+    log_level: str = "INFO"
+    """Python logging level for the service."""
+
+
+class ServiceSettings(BaseSettings):
+    """Base for a service's own settings: unknown RELAUNCH_<SERVICE>_* keys are rejected."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+
+    health_port: int = 0
+    """Port of the /healthz and /metrics endpoint on 127.0.0.1; 0 picks a free one."""
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class SettingsError(ValueError):
+    """A setting is unknown or malformed; the message says which and what to do."""
+
+
+def load_settings(cls: type[S]) -> S:
+    """Build `cls` from the environment, refusing unknown keys under its prefix.
+
+    pydantic-settings only reads declared fields from the environment, so a misspelt
+    RELAUNCH_DETECTOR_POLL_INTERVL would be silently ignored; we refuse it instead.
+    """
+    import os
+
+    prefix = (cls.model_config.get("env_prefix") or "").upper()
+    if prefix and prefix != "RELAUNCH_":
+        known = {f"{prefix}{name}".upper() for name in cls.model_fields}
+        unknown = sorted(k for k in os.environ if k.upper().startswith(prefix) and k.upper() not in known)
+        if unknown:
+            raise SettingsError(
+                f"unknown setting(s) {', '.join(unknown)}; {cls.__name__} accepts "
+                f"{', '.join(sorted(known))}"
+            )
+    try:
+        return cls()
+    except Exception as exc:  # pydantic's ValidationError, shown whole: it names the field
+        raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc

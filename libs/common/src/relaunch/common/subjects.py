@@ -1,0 +1,101 @@
+"""Every subject, stream and durable consumer name (contract: DESIGN.md section 3).
+
+Handlers never spell a subject themselves; they call these functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "relaunch"
+
+
+def signal_log(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.signal.log.{cluster}.{job_id}"
+
+
+def signal_progress(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.signal.progress.{cluster}.{job_id}"
+
+
+def signal_job(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.signal.job.{cluster}.{job_id}"
+
+
+def signal_node(cluster: str, node: str) -> str:
+    return f"{PREFIX}.signal.node.{cluster}.{node}"
+
+
+def event_anomaly(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.event.anomaly.{cluster}.{job_id}"
+
+
+def advice(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.advice.{cluster}.{job_id}"
+
+
+def event_reconcile(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.event.reconcile.{cluster}.{job_id}"
+
+
+def event_audit(cluster: str, job_id: str) -> str:
+    return f"{PREFIX}.event.audit.{cluster}.{job_id}"
+
+
+def dlq(service: str) -> str:
+    return f"{PREFIX}.dlq.{service}"
+
+
+# Filters (wildcards) used by consumers.
+ALL_SIGNAL_LOG = f"{PREFIX}.signal.log.>"
+ALL_SIGNAL_JOB = f"{PREFIX}.signal.job.>"
+ALL_SIGNAL_NODE = f"{PREFIX}.signal.node.>"
+ALL_ANOMALIES = f"{PREFIX}.event.anomaly.>"
+ALL_ADVICE = f"{PREFIX}.advice.>"
+ALL_RECONCILE = f"{PREFIX}.event.reconcile.>"
+ALL_AUDIT = f"{PREFIX}.event.audit.>"
+ALL_EVENTS = f"{PREFIX}.event.>"
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    max_age_s: float
+    duplicate_window_s: float
+    max_msgs_per_subject: int = -1
+
+
+SIGNALS = StreamSpec("SIGNALS", (f"{PREFIX}.signal.>",), max_age_s=6 * 3600, duplicate_window_s=300)
+EVENTS = StreamSpec("EVENTS", (f"{PREFIX}.event.>",), max_age_s=30 * 86400, duplicate_window_s=900)
+# ADVICE keeps a history per job subject; the dedupe window covers an outbox replay after a long outage.
+ADVICE = StreamSpec("ADVICE", (f"{PREFIX}.advice.>",), max_age_s=30 * 86400, duplicate_window_s=3600,
+                    max_msgs_per_subject=64)
+DLQ = StreamSpec("DLQ", (f"{PREFIX}.dlq.>",), max_age_s=30 * 86400, duplicate_window_s=120)
+STREAMS: tuple[StreamSpec, ...] = (SIGNALS, EVENTS, ADVICE, DLQ)
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A durable pull consumer. ack_wait and max_deliver are chosen per consumer, on purpose."""
+
+    durable: str
+    stream: StreamSpec
+    filter_subject: str
+    ack_wait_s: float
+    max_deliver: int
+
+
+# The detector reads log batches and job observations.
+DETECTOR_LOGS = ConsumerSpec("detector-logs", SIGNALS, ALL_SIGNAL_LOG, ack_wait_s=30, max_deliver=10)
+DETECTOR_JOBS = ConsumerSpec("detector-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=60)
+# The decider owns the ledger: it records jobs, anomalies, reconcile statuses and audit entries.
+DECIDER_JOBS = ConsumerSpec("decider-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=100)
+DECIDER_ANOMALIES = ConsumerSpec("decider-anomalies", EVENTS, ALL_ANOMALIES, ack_wait_s=30, max_deliver=100)
+DECIDER_RECONCILE = ConsumerSpec("decider-reconcile", EVENTS, ALL_RECONCILE, ack_wait_s=30, max_deliver=100)
+DECIDER_AUDIT = ConsumerSpec("decider-audit", EVENTS, ALL_AUDIT, ack_wait_s=30, max_deliver=100)
+# The actuator acks an Advice only at a terminal outcome and naks to look again meanwhile, so
+# redeliveries are unbounded by design; expiry (Advice.expires_at) ends a stuck one instead.
+ACTUATOR_ADVICE = ConsumerSpec("actuator-advice", ADVICE, ALL_ADVICE, ack_wait_s=60, max_deliver=-1)
+
+MSG_ID_HEADER = "Nats-Msg-Id"

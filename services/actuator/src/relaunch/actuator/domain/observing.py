@@ -1,0 +1,134 @@
+"""Turning Slurm's output into values: pure parsing, written for Slurm 22.05.
+
+Quirks worked around here:
+- `scontrol show job -o` prints one `Key=Value` line; values may contain spaces (Comment), so a
+  token only starts a new key when it looks like `Key=`; we never read Comment from it.
+- `squeue --json` (openapi v0.0.38) gives `exit_code` as a raw wait status (256 = exit 1) and
+  `standard_output` unexpanded (`%x-%j.out`); expanded paths come from scontrol.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from relaunch.common.optin import parse_comment
+
+from .hostlists import expand
+
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9/:_]*=")
+HELD_REASONS = frozenset({"job_requeued_in_held_state", "JobHeldAdmin", "JobHeldUser"})
+TRANSIENT_STATES = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "REQUEUED"})
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
+FINAL_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
+
+
+def parse_scontrol_line(line: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    key = None
+    for token in line.strip().split(" "):
+        if _KEY.match(token):
+            key, _, value = token.partition("=")
+            fields.setdefault(key, value)
+        elif key is not None and token:
+            fields[key] += " " + token
+    return fields
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """scontrol times are local wall-clock without zone; Slurm here runs in UTC (documented)."""
+    if not value or value in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def wait_status_to_exit_code(status: int | None) -> int | None:
+    if status is None:
+        return None
+    if status & 0x7F:
+        return 128 + (status & 0x7F)
+    return (status >> 8) & 0xFF
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The scheduler's view of one job, as the reconciler needs it."""
+
+    exists: bool
+    state: str = ""
+    reason: str = ""
+    restarts: int = 0
+    held: bool = False
+    eligible_at: dt.datetime | None = None
+    excluded: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    requeue_allowed: bool = True
+
+    @classmethod
+    def gone(cls) -> Observed:
+        return cls(exists=False)
+
+
+def observed_from_scontrol(fields: dict[str, str]) -> Observed:
+    state = fields.get("JobState", "")
+    reason = fields.get("Reason", "")
+    exc = fields.get("ExcNodeList", "(null)")
+    nodes = fields.get("NodeList", "(null)")
+    return Observed(
+        exists=True,
+        state=state,
+        reason=reason,
+        restarts=int(fields.get("Restarts", "0") or 0),
+        held=state == "PENDING" and (fields.get("Priority") == "0" or reason in HELD_REASONS),
+        eligible_at=parse_time(fields.get("EligibleTime")),
+        excluded=tuple(expand(exc)) if exc not in ("(null)", "") else (),
+        nodes=tuple(expand(nodes)) if nodes not in ("(null)", "") else (),
+        requeue_allowed=fields.get("Requeue", "1") == "1",
+    )
+
+
+@dataclass(frozen=True)
+class SqueueJob:
+    """One opted-in job from `squeue --json`, before paths are added."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str
+    restarts: int
+    nodes: tuple[str, ...]
+    comment: str
+    partition: str
+    exit_code: int | None
+
+    def change_key(self) -> tuple:
+        return (self.state, self.reason, self.restarts, self.nodes, self.exit_code)
+
+
+def opted_in_jobs(squeue_json: dict) -> list[SqueueJob]:
+    """The jobs whose comment opts them in (malformed options included: the decider explains)."""
+    jobs = []
+    for entry in squeue_json.get("jobs", []):
+        comment = entry.get("comment") or ""
+        if not parse_comment(comment).opted_in:
+            continue
+        try:
+            nodes = tuple(expand(entry.get("nodes") or ""))
+        except ValueError:
+            nodes = ()
+        jobs.append(SqueueJob(
+            job_id=str(entry["job_id"]),
+            name=str(entry.get("name") or ""),
+            state=str(entry.get("job_state") or ""),
+            reason=str(entry.get("state_reason") or ""),
+            restarts=int(entry.get("restart_cnt") or 0),
+            nodes=nodes,
+            comment=comment,
+            partition=str(entry.get("partition") or ""),
+            exit_code=wait_status_to_exit_code(entry.get("exit_code")) if entry.get("job_state") in FINAL_STATES else None,
+        ))
+    return jobs

@@ -1,0 +1,235 @@
+"""The Postgres ledger (the only asyncpg importer on the write side): migrations, job records,
+per-job serialised decisions, the transactional outbox.
+
+Concurrency: every decision for a job runs in one transaction holding that job's row lock
+(SELECT ... FOR UPDATE), so decider replicas never decide the same attempt twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+
+import asyncpg
+
+from relaunch.common.errors import TemporaryError
+from relaunch.common.optin import parse_comment
+from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, ReconcileStatus, dump
+
+from ..domain.policy import History, Policy
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LOCK = 7_341_001
+"""pg_advisory_lock key: one decider at a time applies migrations."""
+
+_UNAVAILABLE = (OSError, asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.ConnectionDoesNotExistError,
+                asyncpg.exceptions.InterfaceError, asyncpg.exceptions.TooManyConnectionsError,
+                asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.SerializationError,
+                asyncpg.exceptions.DeadlockDetectedError, TimeoutError)
+
+
+def migrations() -> list[tuple[int, str]]:
+    folder = resources.files("relaunch.decider").joinpath("migrations")
+    items = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            items.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
+    return sorted(items)
+
+
+class Ledger:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def connect(cls, dsn: str, *, wait_s: float = 60.0) -> Ledger:
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            try:
+                pool = await asyncpg.create_pool(dsn, min_size=1, max_size=5, command_timeout=10)
+                return cls(pool)
+            except _UNAVAILABLE as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TemporaryError(f"Postgres at {dsn} is not reachable: {exc}") from exc
+                log.warning("waiting for Postgres: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction; returns those applied."""
+        applied = []
+        async with self.pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+            try:
+                await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                                   "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+                done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+                for version, sql in migrations():
+                    if version in done:
+                        continue
+                    async with conn.transaction():
+                        await conn.execute(sql)
+                        await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+                    applied.append(version)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+        return applied
+
+    async def ping(self) -> bool:
+        try:
+            return await self.pool.fetchval("SELECT 1") == 1
+        except Exception:
+            return False
+
+    @asynccontextmanager
+    async def job_tx(self, cluster: str, job_id: str) -> AsyncIterator[JobTx]:
+        """A transaction holding the job's row lock (the row is created if missing)."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute("INSERT INTO jobs (cluster, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                   cluster, job_id)
+                row = await conn.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE",
+                                          cluster, job_id)
+                yield JobTx(conn, cluster, job_id, dict(row))
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+
+    async def record_observation(self, obs: JobObserved) -> None:
+        optin = parse_comment(obs.comment)
+        async with self.job_tx(obs.cluster, obs.job_id) as tx:
+            await tx.conn.execute(
+                """UPDATE jobs SET name=$3, comment=$4, partition=$5, options=$6, option_errors=$7, mode=$8,
+                       state=$9, reason=$10, restarts=GREATEST(restarts, $11), updated_at=now()
+                   WHERE cluster=$1 AND job_id=$2""",
+                obs.cluster, obs.job_id, obs.name, obs.comment[:4096], obs.partition,
+                json.dumps(optin.options), json.dumps(list(optin.errors)),
+                "observe" if optin.observe_only else "act", obs.state, obs.reason, obs.restarts,
+            )
+            await tx.conn.execute(
+                """INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code) VALUES ($1,$2,$3,$4,$5,$6)
+                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET state=EXCLUDED.state,
+                       nodes=CASE WHEN cardinality(EXCLUDED.nodes) > 0 THEN EXCLUDED.nodes ELSE attempts.nodes END,
+                       exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code), updated_at=now()""",
+                obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
+            )
+            # A requeued job's earlier attempt ended with a failure that Slurm no longer reports.
+            await tx.conn.execute(
+                """UPDATE attempts SET state='REQUEUED', updated_at=now()
+                   WHERE cluster=$1 AND job_id=$2 AND idx < $3 AND state NOT IN
+                   ('FAILED','NODE_FAIL','TIMEOUT','OUT_OF_MEMORY','BOOT_FAIL','PREEMPTED','REQUEUED')""",
+                obs.cluster, obs.job_id, obs.restarts,
+            )
+
+    async def record_reconcile(self, status: ReconcileStatus, dedupe_key: str) -> None:
+        async with self.job_tx(status.cluster, status.job_id) as tx:
+            inserted = await tx.conn.fetchval(
+                """INSERT INTO reconcile_steps (cluster, job_id, generation, status, reason, step, detail, at,
+                       dedupe_key) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (dedupe_key) DO NOTHING
+                   RETURNING id""",
+                status.cluster, status.job_id, status.generation, status.status, status.reason, status.step,
+                status.detail, status.at, dedupe_key,
+            )
+            if inserted is None or status.status == "PENDING":
+                return
+            await tx.conn.execute(
+                """UPDATE advice SET status=$4, status_reason=$5, updated_at=now()
+                   WHERE cluster=$1 AND job_id=$2 AND generation=$3 AND status='PENDING'""",
+                status.cluster, status.job_id, status.generation, status.status, status.reason,
+            )
+            verdict_reason = (f"advice generation {status.generation} {status.status.lower()}: {status.reason}"
+                              + (f" ({status.detail})" if status.detail else ""))
+            await tx.conn.execute(
+                "UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() "
+                "WHERE cluster=$1 AND job_id=$2 AND verdict='recovering'",
+                status.cluster, status.job_id, "watching" if status.status == "CONVERGED" else "stopped",
+                verdict_reason,
+            )
+
+    async def record_audit(self, entry: AuditEntry) -> None:
+        try:
+            await self.pool.execute(
+                """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
+                   VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (idempotency_key) DO NOTHING""",
+                entry.cluster, entry.job_id, entry.service, entry.action, entry.detail, entry.idempotency_key,
+                entry.at,
+            )
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+
+    async def unpublished(self, limit: int = 100) -> list[asyncpg.Record]:
+        return await self.pool.fetch(
+            "SELECT id, subject, msg_id, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1", limit)
+
+    async def mark_published(self, outbox_id: int) -> None:
+        await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id=$1", outbox_id)
+
+
+class JobTx:
+    """Operations inside one job's locked transaction."""
+
+    def __init__(self, conn: asyncpg.Connection, cluster: str, job_id: str, row: dict) -> None:
+        self.conn, self.cluster, self.job_id, self.row = conn, cluster, job_id, row
+
+    def policy(self) -> Policy:
+        optin = parse_comment(self.row.get("comment") or "")
+        if not self.row.get("comment"):
+            # Anomaly before any observation (should not happen: the observer publishes first).
+            return Policy(observe_only=True, option_errors=("the job has not been observed yet",))
+        return Policy(max_attempts=optin.max_attempts, observe_only=optin.observe_only,
+                      option_errors=optin.errors)
+
+    async def history(self) -> History:
+        rows = await self.conn.fetch("SELECT attempt, generation FROM advice WHERE cluster=$1 AND job_id=$2",
+                                     self.cluster, self.job_id)
+        stopped = await self.conn.fetch(
+            "SELECT detail FROM audit WHERE cluster=$1 AND job_id=$2 AND service='decider' AND action IN ('stop', 'observe')",
+            self.cluster, self.job_id)
+        decided = {r["attempt"] for r in rows}
+        decided |= {json.loads(r["detail"]).get("attempt", -1) for r in stopped}
+        return History(
+            decided_attempts=frozenset(decided),
+            last_generation=max((r["generation"] for r in rows), default=0),
+            user_cancelled=self.row.get("state") == "CANCELLED",
+        )
+
+    async def save_anomaly(self, a: AnomalyDetected) -> bool:
+        inserted = await self.conn.fetchval(
+            """INSERT INTO anomalies (anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category,
+                   fault_domain, action, summary, nodes, evidence, detected_at)
+               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) ON CONFLICT (anomaly_id) DO NOTHING
+               RETURNING anomaly_id""",
+            a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
+            a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
+            a.detected_at,
+        )
+        return inserted is not None
+
+    async def save_advice(self, advice: Advice, subject: str, msg_id: str) -> None:
+        await self.conn.execute(
+            """INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
+                   evidence_refs, policy, issued_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)""",
+            advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
+            advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
+            advice.issued_at, advice.expires_at,
+        )
+        await self.conn.execute("INSERT INTO outbox (subject, msg_id, payload) VALUES ($1,$2,$3)",
+                                subject, msg_id, dump(advice))
+        await self.set_verdict("recovering", advice.reason)
+
+    async def set_verdict(self, verdict: str, reason: str) -> None:
+        await self.conn.execute("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() "
+                                "WHERE cluster=$1 AND job_id=$2", self.cluster, self.job_id, verdict, reason)
+
+    async def audit(self, action: str, detail: dict, key: str, at) -> None:
+        await self.conn.execute(
+            """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
+               VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
+            self.cluster, self.job_id, action, json.dumps(detail), key, at,
+        )

@@ -1,0 +1,59 @@
+"""Composition root of the decider."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, consume
+from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, ReconcileStatus
+from relaunch.common.service import run_service, setup_logging
+from relaunch.common.settings import CommonSettings, load_settings
+
+from .adapters.ledger import Ledger
+from .handlers import Decider
+from .outbox import OutboxPublisher
+from .settings import DeciderSettings
+
+log = logging.getLogger(__name__)
+
+
+async def amain() -> None:
+    common = load_settings(CommonSettings)
+    settings = load_settings(DeciderSettings)
+    setup_logging("decider", common.log_level)
+    ledger = await Ledger.connect(common.database_url)
+    applied = await ledger.migrate()
+    if applied:
+        log.info("applied ledger migrations %s", applied)
+    bus = await Bus.connect(common.nats_url, "decider")
+    outbox = OutboxPublisher(bus, ledger, settings.outbox_interval_s)
+    decider = Decider(ledger, outbox)
+    db_ok = {"value": True}
+
+    async def watch_db(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            db_ok["value"] = await ledger.ping()
+            await asyncio.sleep(2)
+
+    def tasks(stop: asyncio.Event):
+        return [
+            outbox.run(stop),
+            watch_db(stop),
+            consume(bus, subjects.DECIDER_JOBS, JobObserved, decider.on_job, stop),
+            consume(bus, subjects.DECIDER_ANOMALIES, AnomalyDetected, decider.on_anomaly, stop),
+            consume(bus, subjects.DECIDER_RECONCILE, ReconcileStatus, decider.on_reconcile, stop),
+            consume(bus, subjects.DECIDER_AUDIT, AuditEntry, decider.on_audit, stop),
+        ]
+
+    async def on_stop() -> None:
+        await bus.close()
+        await ledger.close()
+
+    await run_service("decider", settings.health_port,
+                      {"nats": lambda: bus.connected, "postgres": lambda: db_ok["value"]}, tasks, on_stop)
+
+
+def main() -> None:
+    asyncio.run(amain())

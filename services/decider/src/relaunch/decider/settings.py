@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from relaunch.common.settings import ServiceSettings
+
+
+class DeciderSettings(ServiceSettings):
+    """RELAUNCH_DECIDER_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAUNCH_DECIDER_", extra="forbid", frozen=True)
+
+    outbox_interval_s: float = 1.0
+    """How often unpublished outbox rows are looked for (besides a kick after each commit)."""

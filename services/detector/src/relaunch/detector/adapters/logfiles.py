@@ -1,0 +1,54 @@
+"""Reading new lines from a job's log file at a byte offset, bounded in size. The only file reader.
+
+A line is cut at MAX_LINE_BYTES; of an over-long line only the head of each read (1 MiB) is kept,
+so one 10 MB line costs bounded memory and time and yields about ten pieces. Bytes are decoded as UTF-8 with replacement (binary junk
+never raises). A trailing partial line is left for the next read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MAX_READ = 1 << 20
+MAX_LINE_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Chunk:
+    offset: int
+    """Byte offset of the first line."""
+    lines: list[str]
+    ends: list[int]
+    """Byte offset just past each line (exact, whatever decoding or cutting did to the text)."""
+    next_offset: int
+
+
+def read_new_lines(path: str, offset: int, max_read: int = MAX_READ) -> Chunk | None:
+    """Lines completed since `offset`, or None when the file does not exist (yet)."""
+    try:
+        size = os.stat(path).st_size
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    if size < offset:  # truncated (a job without --open-mode=append was requeued): start over
+        offset = 0
+    if size == offset:
+        return Chunk(offset, [], [], offset)
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(max_read)
+    lines: list[str] = []
+    ends: list[int] = []
+    consumed = 0
+    while consumed < len(data):
+        nl = data.find(b"\n", consumed)
+        if nl == -1:
+            if len(data) - consumed < MAX_LINE_BYTES:
+                break  # a partial line: wait for the rest
+            # An over-long line: keep its head, skip the rest of this read (one piece per read).
+            nl = len(data) - 1
+        raw = data[consumed: nl + 1].rstrip(b"\r\n")
+        lines.append(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+        consumed = nl + 1
+        ends.append(offset + consumed)
+    return Chunk(offset, lines, ends, offset + consumed)

@@ -1,0 +1,146 @@
+"""Bus wiring of the detector: the log follower, and the log-batch and job-observation handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+
+from prometheus_client import Counter
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.errors import TemporaryError
+from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
+
+from .adapters.hotstate import HotState, nodes_field, parse_nodes
+from .adapters.logfiles import Chunk, read_new_lines
+from .domain.detection import FAILED_STATES, crash_from_log, crash_from_scheduler
+from .domain.signatures import Signature
+
+log = logging.getLogger(__name__)
+
+LINES = Counter("relaunch_log_lines_total", "Log lines read from job files")
+ANOMALIES = Counter("relaunch_anomalies_total", "Anomalies published", ["kind", "category", "source"])
+
+
+class Follower:
+    """Reads new lines of every followed job's files and publishes them as LogBatch signals."""
+
+    def __init__(self, bus: Bus, state: HotState, cluster: str, interval_s: float, batch_bytes: int) -> None:
+        self.bus, self.state, self.cluster = bus, state, cluster
+        self.interval_s, self.batch_bytes = interval_s, batch_bytes
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                for job_id in await self.state.followed(self.cluster):
+                    await self.read_job(job_id)
+            except TemporaryError as exc:
+                log.warning("follower: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
+            except TimeoutError:
+                pass
+
+    async def read_job(self, job_id: str) -> None:
+        """Publish every complete line written since the last read (serialised per job)."""
+        lock = self._locks.setdefault(job_id, asyncio.Lock())
+        async with lock:
+            info = await self.state.job(self.cluster, job_id)
+            if not info:
+                return
+            attempt = int(info.get("attempt", "0"))
+            for path in dict.fromkeys(p for p in (info.get("stdout"), info.get("stderr")) if p):
+                offset = int(info.get(f"off:{path}", "0"))
+                while True:
+                    chunk = await asyncio.to_thread(read_new_lines, path, offset)
+                    if chunk is None or chunk.next_offset == offset:
+                        break
+                    await self._publish(job_id, attempt, path, chunk)
+                    offset = chunk.next_offset
+                    # Crash between publish and this write: the batch is re-read and re-published with
+                    # the same Msg-Id, which JetStream drops.
+                    await self.state.set_offset(self.cluster, job_id, path, offset)
+
+    async def _publish(self, job_id: str, attempt: int, path: str, chunk: Chunk) -> None:
+        """Split a chunk into batches under batch_bytes; each Msg-Id names its exact byte range,
+        so a re-read after a crash is either dropped as a duplicate or re-scanned, never lost."""
+        LINES.inc(len(chunk.lines))
+        path_key = hashlib.sha1(path.encode()).hexdigest()[:12]
+        start_index, start_offset, size = 0, chunk.offset, 0
+        for i, line in enumerate(chunk.lines):
+            size += len(line) + 1
+            last = i == len(chunk.lines) - 1
+            if not last and size + len(chunk.lines[i + 1]) + 1 <= self.batch_bytes:
+                continue
+            batch = LogBatch(cluster=self.cluster, job_id=job_id, attempt=attempt, path=path,
+                             offset=start_offset, lines=chunk.lines[start_index: i + 1], read_at=utcnow())
+            await self.bus.publish(subjects.signal_log(self.cluster, job_id), batch,
+                                   msg_id=f"log.{self.cluster}.{job_id}.{path_key}.{start_offset}-{chunk.ends[i]}")
+            start_index, start_offset, size = i + 1, chunk.ends[i], 0
+
+
+class Detector:
+    def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: list[Signature],
+                 grace_s: float) -> None:
+        self.bus, self.state, self.follower = bus, state, follower
+        self.catalogue, self.grace_s = catalogue, grace_s
+
+    async def on_log(self, batch: LogBatch, delivery: Delivery) -> None:
+        info = await self.state.job(batch.cluster, batch.job_id)
+        found = crash_from_log(batch, self.catalogue, parse_nodes(info.get("nodes")), utcnow())
+        if found is None:
+            return
+        anomaly, cascade = found
+        if await self.state.has_anomaly(batch.cluster, batch.job_id, batch.attempt):
+            return
+        if cascade:
+            await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
+            return
+        await self._publish(anomaly)
+
+    async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
+        c, job = obs.cluster, obs.job_id
+        info = await self.state.job(c, job)
+        fields = {"stdout": obs.stdout, "stderr": obs.stderr, "nodes": nodes_field(obs.nodes)}
+        known_attempt = int(info["attempt"]) if info.get("attempt") else None
+        if known_attempt is not None and known_attempt > obs.restarts:
+            return  # an older observation than what we already follow
+        if known_attempt is None:
+            fields["attempt"] = str(obs.restarts)
+            if obs.restarts > 0:
+                # First seen on a later attempt: earlier attempts' lines (append mode) are not ours.
+                for path in (obs.stdout, obs.stderr):
+                    if path and os.path.exists(path):
+                        fields[f"off:{path}"] = str(os.stat(path).st_size)
+        elif known_attempt < obs.restarts:
+            await self.follower.read_job(job)  # drain the old attempt's lines under its own number
+            fields["attempt"] = str(obs.restarts)
+        await self.state.track(c, job, fields)
+
+        if obs.state in FAILED_STATES:
+            await self.follower.read_job(job)
+            if not await self.state.has_anomaly(c, job, obs.restarts):
+                age = (utcnow() - obs.observed_at).total_seconds()
+                if age < self.grace_s:
+                    raise TemporaryError("waiting for log lines that explain the failure",
+                                         delay=self.grace_s - age)
+                candidate = await self.state.candidate(c, job, obs.restarts)
+                anomaly = (AnomalyDetected.model_validate_json(candidate) if candidate
+                           else crash_from_scheduler(obs, utcnow()))
+                if anomaly is not None:
+                    await self._publish(anomaly)
+            await self.state.untrack(c, job)
+        elif obs.state in ("COMPLETED", "CANCELLED"):
+            await self.follower.read_job(job)
+            await self.state.untrack(c, job)
+
+    async def _publish(self, anomaly: AnomalyDetected) -> None:
+        await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
+                               msg_id=anomaly.anomaly_id)
+        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.signature_id)
+        ANOMALIES.labels(anomaly.kind, anomaly.category, anomaly.source).inc()
+        log.info("anomaly %s: %s (%s)", anomaly.anomaly_id, anomaly.category, anomaly.summary)

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from relaunch.common.settings import ServiceSettings
+
+
+class DetectorSettings(ServiceSettings):
+    """RELAUNCH_DETECTOR_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAUNCH_DETECTOR_", extra="forbid", frozen=True)
+
+    follow_interval_s: float = 0.25
+    """How often followed log files are read for new lines."""
+    failure_grace_s: float = 2.0
+    """After Slurm reports a failed attempt, how long to wait for log lines that explain it
+    before falling back to the scheduler's state."""
+    extra_signatures: list[str] = []
+    """Operator signature files (TOML, same shape as the built-in catalogue), as a JSON list."""
+    batch_bytes: int = 256 * 1024
+    """Largest log batch published at once (NATS' default max payload is 1 MiB)."""
