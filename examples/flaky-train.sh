@@ -1,17 +1,19 @@
 #!/bin/bash
-# A toy "training job" whose first FAIL_ATTEMPTS attempts (default 1) crash, then it succeeds.
+# A toy "training job" whose first FAIL_ATTEMPTS attempts (default 1) crash, printing CRASH_LINE
+# (default: a segmentation fault), then it succeeds. STEP_SECONDS sets the pace.
 # relaunch opts in through the comment; --open-mode=append keeps every attempt's lines in one file.
 #SBATCH --job-name=flaky-train
 #SBATCH --comment=relaunch:max_attempts=2
 #SBATCH --open-mode=append
 attempt=${SLURM_RESTART_COUNT:-0}
-echo "[train] attempt $attempt on $SLURMD_NODENAME: loading checkpoint"
+echo "[train] attempt $attempt on $SLURMD_NODENAME started_at=$(date +%s.%N): loading checkpoint"
 for step in 1 2 3; do
   echo "[train] step $step loss=$(( 100 / step ))"
   sleep "${STEP_SECONDS:-0.5}"
 done
 if [ "$attempt" -lt "${FAIL_ATTEMPTS:-1}" ]; then
-  echo "Segmentation fault (core dumped)" >&2
+  echo "[train] crashing at=$(date +%s.%N)"
+  echo "${CRASH_LINE:-Segmentation fault (core dumped)}" >&2
   exit 1
 fi
 echo "[train] finished: saved final checkpoint"

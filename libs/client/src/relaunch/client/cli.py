@@ -5,17 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from relaunch.common.optin import OPTIONS, parse_comment
 from relaunch.common.schemas import dump
 
-from .events import subscribe
+from .events import EventStream, subscribe
+from .narration import describe, recovery_seconds
 
 app = typer.Typer(help="relaunch: keeps GPU training runs on Slurm moving.", no_args_is_help=True,
                   add_completion=False)
@@ -138,6 +143,59 @@ def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject fil
     except OSError as exc:
         err.print(f"[red]cannot reach NATS at {url}[/red]: {exc}")
         raise typer.Exit(EXIT_UNREACHABLE) from exc
+
+
+@app.command("demo")
+def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The job to submit."),
+         timeout: float = typer.Option(60.0, help="Give up after this many seconds.")) -> None:
+    """Submit a job that crashes once and narrate, in plain words, how relaunch recovers it."""
+    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    jobs_dir = Path(os.environ.get("RELAUNCH_RUN_DIR", ".run")) / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    if not script.exists():
+        err.print(f"[red]{script} does not exist[/red]")
+        raise typer.Exit(EXIT_USAGE)
+
+    async def run() -> int:
+        async with EventStream(url) as stream:
+            out = subprocess.run(["sbatch", "--parsable", "-o", str(jobs_dir.resolve() / "%x-%j.out"), str(script)],
+                                 capture_output=True, text=True, timeout=30)
+            if out.returncode != 0:
+                err.print(f"[red]sbatch failed[/red]: {out.stderr.strip()} (is SLURM_CONF set? source .run/env)")
+                return EXIT_UNREACHABLE
+            job_id = out.stdout.strip().split(";")[0]
+            log_path = jobs_dir / f"flaky-train-{job_id}.out"
+            t0 = time.monotonic()
+            console.print(f"[bold]Submitted job {job_id}[/bold] ({script.name}): a toy training run that crashes "
+                          "on its first attempt. It opts in with --comment=relaunch:max_attempts=2.")
+            states: dict[str, str] = {}
+            while True:
+                remaining = timeout - (time.monotonic() - t0)
+                if remaining <= 0:
+                    err.print(f"[red]no outcome within {timeout:.0f}s[/red]; see relaunch jobs show {job_id}")
+                    return EXIT_NOT_FOUND
+                try:
+                    _, msg = await stream.next(timeout=remaining)
+                except TimeoutError:
+                    continue
+                if getattr(msg, "job_id", None) != job_id:
+                    continue
+                line = describe(msg, states)
+                if line:
+                    console.print(f"[dim]+{time.monotonic() - t0:5.1f}s[/dim] {escape(line)}")
+                if getattr(msg, "state", "") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and (
+                        msg.state == "COMPLETED" or msg.restarts >= 1):
+                    break
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            took = recovery_seconds(text)
+            console.print(f"[bold]Outcome:[/bold] job {job_id} ran {msg.restarts + 1} times and ended {msg.state}.")
+            if took is not None:
+                console.print(f"Time from the failure line to the job running again: [bold]{took:.1f} s[/bold] "
+                              "(Slurm's own requeue waits 120 s).")
+            console.print(f"The whole story is in the ledger: relaunch jobs show {job_id}")
+            return 0 if msg.state == "COMPLETED" else 1
+
+    raise typer.Exit(asyncio.run(run()))
 
 
 def main() -> None:

@@ -33,20 +33,51 @@ def decode(data: bytes) -> Message | None:
         return None
 
 
+class EventStream:
+    """Live relaunch messages matching `subject`, typed; the subscription exists from `__aenter__` on.
+
+    A slow reader never blocks the bus: past `max_pending` queued messages, new ones are dropped
+    and counted in `dropped`.
+    """
+
+    def __init__(self, nats_url: str, subject: str = "relaunch.>", max_pending: int = 10_000) -> None:
+        self.nats_url, self.subject = nats_url, subject
+        self.queue: asyncio.Queue[tuple[str, Message]] = asyncio.Queue(maxsize=max_pending)
+        self.dropped = 0
+        self._nc = None
+
+    async def __aenter__(self) -> EventStream:
+        self._nc = await nats.connect(self.nats_url, connect_timeout=3, max_reconnect_attempts=-1)
+        await self._nc.subscribe(self.subject, cb=self._on_msg)
+        await self._nc.flush()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._nc is not None:
+            await self._nc.close()
+
+    async def _on_msg(self, msg) -> None:
+        model = decode(msg.data)
+        if model is None:
+            return
+        try:
+            self.queue.put_nowait((msg.subject, model))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def next(self, timeout: float | None = None) -> tuple[str, Message]:
+        return await asyncio.wait_for(self.queue.get(), timeout=timeout)
+
+    def __aiter__(self) -> AsyncIterator[tuple[str, Message]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[tuple[str, Message]]:
+        while True:
+            yield await self.queue.get()
+
+
 async def subscribe(nats_url: str, subject: str = "relaunch.>") -> AsyncIterator[tuple[str, Message]]:
     """Yield (subject, typed message) for every relaunch message published from now on."""
-    nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=-1)
-    queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
-
-    async def on_msg(msg) -> None:
-        model = decode(msg.data)
-        if model is not None and not queue.full():
-            queue.put_nowait((msg.subject, model))
-
-    sub = await nc.subscribe(subject, cb=on_msg)
-    try:
-        while True:
-            yield await queue.get()
-    finally:
-        await sub.unsubscribe()
-        await nc.drain()
+    async with EventStream(nats_url, subject) as stream:
+        async for item in stream:
+            yield item

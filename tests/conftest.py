@@ -1,0 +1,69 @@
+"""Fixtures for the tiers above unit tests: a private test stack under .run/test (ports 24xxx).
+
+`test_stack` starts NATS, Redis, Postgres and the 4-node Slurm cluster once per session and stops
+them at the end; `services` starts the relaunch services on top (for end-to-end tests).
+Nothing here uses a server the suite did not start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = REPO / ".run" / "test"
+STACK_ENV = {"RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": "24000", "RELAUNCH_CLUSTER": "reltest"}
+
+
+def _stack(*args: str) -> None:
+    subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], check=True, timeout=300,
+                   env={**os.environ, **STACK_ENV})
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    env = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value
+    env.pop("PATH", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def test_stack():
+    """The test stack's environment (SLURM_CONF, RELAUNCH_*), fresh for this session."""
+    if RUN.exists():
+        _stack("down")
+        shutil.rmtree(RUN)
+    _stack("infra-up")
+    env = _read_env(RUN / "env")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _stack("down")
+
+
+@pytest.fixture(scope="session")
+def services(test_stack):
+    """The relaunch services running against the test stack (stopped at the end of the session)."""
+    _stack("services-up")
+    yield test_stack
+    _stack("services-down")
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:10]

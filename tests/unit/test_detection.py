@@ -1,0 +1,81 @@
+import datetime as dt
+import time
+
+import pytest
+
+from relaunch.common.schemas import JobObserved, LogBatch
+from relaunch.detector.domain.detection import crash_from_log, crash_from_scheduler
+from relaunch.detector.domain.signatures import (
+    CatalogueError, builtin_catalogue, parse_catalogue, root_cause, scan,
+)
+
+NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+CAT = builtin_catalogue()
+
+
+def batch(lines, attempt=0):
+    return LogBatch(cluster="c", job_id="9", attempt=attempt, path="/x/job.out", offset=100, lines=lines, read_at=NOW)
+
+
+@pytest.mark.parametrize("line", [
+    "Segmentation fault (core dumped)",
+    "/var/spool/slurmd/job00012/slurm_script: line 8: 4321 Segmentation fault      python train.py",
+    "Fatal Python error: Segmentation fault",
+    "torch.distributed.elastic.multiprocessing.api: failed (exitcode: -11) ... Signal 11 (SIGSEGV) received",
+])
+def test_segfaults_are_recognised(line):
+    found = crash_from_log(batch(["step 1", line]), CAT, ["node1"], NOW)
+    assert found is not None
+    anomaly, cascade = found
+    assert anomaly.signature_id == "segfault" and not cascade and anomaly.action == "restart"
+    assert anomaly.evidence[0].text == line and anomaly.nodes == ["node1"]
+    assert anomaly.evidence[0].offset == 100 + len("step 1\n")
+
+
+def test_nccl_watchdog_timeout_is_a_cascade_symptom():
+    line = ("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+            "Timeout(ms)=600000) ran for 600121 milliseconds before timing out.")
+    anomaly, cascade = crash_from_log(batch([line]), CAT, [], NOW)
+    assert anomaly.signature_id == "nccl_collective_timeout" and cascade
+
+
+def test_initiating_error_wins_over_an_earlier_cascade_line():
+    lines = ["[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(...)", "Segmentation fault"]
+    assert root_cause(scan(lines, CAT)).signature.id == "segfault"
+
+
+def test_healthy_lines_give_nothing():
+    assert crash_from_log(batch(["epoch 1 loss 0.3", "saving checkpoint", ""]), CAT, [], NOW) is None
+
+
+def test_huge_and_binary_lines_are_bounded():
+    junk = "\x00\xff\ufffd" * 3_000_000 + "Segmentation fault"
+    started = time.monotonic()
+    assert crash_from_log(batch([junk]), CAT, [], NOW) is None  # beyond MAX_LINE: not matched
+    assert time.monotonic() - started < 2.0
+
+
+def test_one_anomaly_id_per_attempt():
+    a0, _ = crash_from_log(batch(["Segmentation fault"], attempt=0), CAT, [], NOW)
+    a1, _ = crash_from_log(batch(["Segmentation fault"], attempt=1), CAT, [], NOW)
+    assert a0.anomaly_id == "c.9.0.crash" and a1.anomaly_id == "c.9.1.crash"
+
+
+def test_scheduler_fallback_when_no_line_explains():
+    obs = JobObserved(cluster="c", job_id="9", state="FAILED", reason="NonZeroExitCode", restarts=2,
+                      nodes=["node3"], exit_code=3, observed_at=NOW)
+    anomaly = crash_from_scheduler(obs, NOW)
+    assert anomaly.source == "scheduler" and anomaly.attempt == 2 and "exit code 3" in anomaly.summary
+    assert crash_from_scheduler(obs.model_copy(update={"state": "COMPLETED"}), NOW) is None
+
+
+def test_catalogue_validation_names_the_problem():
+    good = '[[signature]]\nid="x"\npattern="boom"\ncategory="c"\nfault_domain="unknown"\naction="restart"\n' \
+           'cascade=false\nsummary="s"\n'
+    assert parse_catalogue(good, "ops.toml")[0].id == "x"
+    with pytest.raises(CatalogueError, match="fault_domain"):
+        parse_catalogue(good.replace('"unknown"', '"cosmic"'), "ops.toml")
+    with pytest.raises(CatalogueError, match="bad pattern"):
+        parse_catalogue(good.replace('"boom"', '"(unclosed"'), "ops.toml")
+    with pytest.raises(CatalogueError, match="missing"):
+        parse_catalogue(good.replace('summary="s"\n', ""), "ops.toml")
