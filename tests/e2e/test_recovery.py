@@ -1,0 +1,97 @@
+"""End to end on the real 4-node Slurm cluster with every relaunch service running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from relaunch.actuator.domain.observing import parse_scontrol_line
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "examples" / "flaky-train.sh"
+VENV_BIN = REPO / ".venv" / "bin"
+
+
+def sbatch(env: dict, comment: str, **job_env: str) -> str:
+    jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
+    jobs.mkdir(exist_ok=True)
+    out = subprocess.run(
+        ["sbatch", "--parsable", f"--comment={comment}", "--open-mode=append", "-o", str(jobs / "%x-%j.out"),
+         str(SCRIPT)],
+        check=True, capture_output=True, text=True, env={**os.environ, "STEP_SECONDS": "0.2", **job_env},
+    )
+    return out.stdout.strip().split(";")[0]
+
+
+def job_fields(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], check=True, capture_output=True, text=True)
+    return parse_scontrol_line(out.stdout)
+
+
+def wait_until(what, predicate, timeout=60.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def ledger(job_id: str) -> dict:
+    out = subprocess.run([str(VENV_BIN / "relaunch"), "jobs", "show", job_id, "--json"], capture_output=True,
+                         text=True)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def test_segfault_is_restarted_once_and_the_job_completes(services):
+    job = sbatch(services, "relaunch:max_attempts=2")
+    fields = wait_until("the job to complete", lambda: (f := job_fields(job))["JobState"] == "COMPLETED" and f)
+    assert fields["Restarts"] == "1", "ran exactly twice"
+    log = Path(fields["StdOut"]).read_text()
+    assert log.count("started_at=") == 2 and "finished" in log
+
+    record = wait_until("the ledger to show the converged advice",
+                        lambda: (r := ledger(job)) and r["advice"] and r["advice"][0]["status"] == "CONVERGED"
+                        and len(r["attempts"]) == 2 and r["job"]["state"] == "COMPLETED" and r)
+    assert set(record) >= {"job", "attempts", "anomalies", "advice"}
+    assert [a["index"] for a in record["attempts"]] == [0, 1]
+    assert all({"index", "state", "nodes"} <= set(a) for a in record["attempts"])
+    assert record["attempts"][1]["state"] == "COMPLETED"
+    (advice,) = record["advice"]
+    assert advice["generation"] == 1 and advice["operation"] == "restart" and advice["exclude_nodes"] == []
+    assert [s["step"] for s in advice["reconcile"] if s["status"] == "PENDING"] == ["requeuehold", "release",
+                                                                                   "start_now"]
+    (anomaly,) = record["anomalies"]
+    assert anomaly["signature_id"] == "segfault" and anomaly["attempt"] == 0
+    assert "Segmentation fault" in anomaly["evidence"][0]["text"]
+
+
+def test_max_attempts_1_is_not_restarted_and_the_ledger_says_why(services):
+    job = sbatch(services, "relaunch:max_attempts=1", FAIL_ATTEMPTS="5")
+    wait_until("the job to fail", lambda: job_fields(job)["JobState"] == "FAILED")
+    record = wait_until("the decision", lambda: (r := ledger(job)) and r["job"]["verdict"] == "stopped" and r)
+    assert "max_attempts=1 reached" in record["job"]["verdict_reason"]
+    assert record["advice"] == []
+    assert any(a["action"] == "stop" and "max_attempts" in a["detail"] for a in record["audit"])
+    time.sleep(3)  # had anything been restarted, it would show by now
+    assert job_fields(job)["Restarts"] == "0" and job_fields(job)["JobState"] == "FAILED"
+
+
+def test_nccl_timeout_and_unexplained_failures_are_recognised(services):
+    nccl = sbatch(services, "relaunch:max_attempts=2",
+                  CRASH_LINE="[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+                             "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.")
+    silent = sbatch(services, "other;relaunch:max_attempts=2", CRASH_LINE="exiting")
+    for job, signature in ((nccl, "nccl_collective_timeout"), (silent, "scheduler_failed")):
+        record = wait_until(f"job {job} to recover", lambda j=job: (r := ledger(j)) and r["job"]["state"] == "COMPLETED"
+                            and r["advice"] and r["advice"][0]["status"] == "CONVERGED" and r)
+        assert record["anomalies"][0]["signature_id"] == signature
+        assert job_fields(job)["Restarts"] == "1"
