@@ -37,6 +37,12 @@ wait_for() {  # description, timeout seconds, command...
   done
 }
 
+port_free() {  # port -> fails, saying who to ask, when something already listens there
+  if "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', int(sys.argv[1]))) != 0)" "$1"; then
+    die "port $1 is already in use by another process (a stack whose $RUN was deleted?). Stop it, or pick other ports with RELAUNCH_PORT_BASE."
+  fi
+}
+
 http_ok() { "$PY" -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1"; }
 
 stop_pidfile() {  # pid file [name]
@@ -47,6 +53,18 @@ stop_pidfile() {  # pid file [name]
   for _ in $(seq 50); do alive "$f" || break; sleep 0.1; done
   alive "$f" && kill -9 "$pid" 2>/dev/null || true
   rm -f "$f"
+}
+
+# PostgreSQL refuses to run as root, so as root it runs as the postgres user, which must be able to
+# reach its data folder: when the checkout is not reachable by that user, the data lives in /var/tmp.
+pg_dir() {
+  if [ -f "$RUN/pgdir" ]; then cat "$RUN/pgdir"; return; fi
+  local dir=$RUN/pg
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$RUN" 2>/dev/null; then
+    dir=/var/tmp/relaunch-pg-$(printf '%s' "$RUN" | sha1sum | cut -c1-12)
+    rm -rf "$dir"  # left by an earlier stack in a run folder that has since been wiped
+  fi
+  echo "$dir" > "$RUN/pgdir"; echo "$dir"
 }
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
@@ -68,7 +86,7 @@ ENV
 
 start_nats() {
   alive "$RUN/pids/nats.pid" && return 0
-  mkdir -p "$RUN/nats"
+  mkdir -p "$RUN/nats"; port_free "$NATS_PORT"
   nohup "$REPO/.venv/bin/nats-server" -js -sd "$RUN/nats" -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MON" \
     >>"$RUN/log/nats.log" 2>&1 &
   echo $! > "$RUN/pids/nats.pid"
@@ -77,7 +95,7 @@ start_nats() {
 
 start_redis() {
   alive "$RUN/pids/redis.pid" && return 0
-  mkdir -p "$RUN/redis"
+  mkdir -p "$RUN/redis"; port_free "$REDIS_PORT"
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --pidfile "$RUN/pids/redis.pid" --logfile "$RUN/log/redis.log" --dir "$RUN/redis" >/dev/null
   wait_for "Redis" 15 redis-cli -p "$REDIS_PORT" ping
@@ -85,16 +103,17 @@ start_redis() {
 
 start_postgres() {
   local bin; bin=$(pg_bin); [ -n "$bin" ] || die "PostgreSQL is not installed (run make setup)"
-  local data=$RUN/pg/data
+  local pgdir; pgdir=$(pg_dir); local data=$pgdir/data
   if [ ! -f "$data/PG_VERSION" ]; then
-    mkdir -p "$RUN/pg"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$RUN/pg"
+    mkdir -p "$pgdir"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$pgdir"
     as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$RUN/log/initdb.log" 2>&1 \
       || die "initdb failed: see $RUN/log/initdb.log"
   fi
   if ! as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    as_pg "$bin/pg_ctl" -D "$data" -l "$RUN/pg/postgres.log" -w -t 30 -o \
-      "-p $PG_PORT -k $RUN/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-      start >/dev/null || die "PostgreSQL did not start: see $RUN/pg/postgres.log"
+    port_free "$PG_PORT"
+    as_pg "$bin/pg_ctl" -D "$data" -l "$pgdir/postgres.log" -w -t 30 -o \
+      "-p $PG_PORT -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+      start >/dev/null || die "PostgreSQL did not start: see $pgdir/postgres.log"
   fi
   as_pg "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='relaunch'" \
     | grep -q 1 || as_pg "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres relaunch
@@ -154,7 +173,7 @@ start_slurm() {
       --pid-file="$RUN/pids/munged.pid" --seed-file="$S/munge/munged.seed" || die "munged did not start"
     wait_for "munge" 10 bash -c "munge -S '$S/munge/munge.socket' -n | unmunge -S '$S/munge/munge.socket'"
   fi
-  alive "$RUN/pids/slurmctld.pid" || slurmctld || die "slurmctld did not start: see $S/log/slurmctld.log"
+  alive "$RUN/pids/slurmctld.pid" || { port_free "$CTLD_PORT"; slurmctld; } || die "slurmctld did not start: see $S/log/slurmctld.log"
   wait_for "slurmctld" 20 bash -c "scontrol ping | grep -q UP"
   for n in "${NODES[@]}"; do
     alive "$RUN/pids/slurmd-$n.pid" || slurmd -N "$n" || die "slurmd -N $n did not start: see $S/log/slurmd-$n.log"
@@ -210,8 +229,9 @@ down() {
            "$RUN/pids/nats.pid"; do
     [ -e "$f" ] && stop_pidfile "$f"
   done
-  if [ -f "$RUN/pg/data/PG_VERSION" ] && as_pg "$(pg_bin)/pg_ctl" -D "$RUN/pg/data" status >/dev/null 2>&1; then
-    as_pg "$(pg_bin)/pg_ctl" -D "$RUN/pg/data" -m fast -w stop >/dev/null
+  local pgdata; pgdata=$(pg_dir)/data
+  if [ -f "$pgdata/PG_VERSION" ] && as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
+    as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null
   fi
   say "stopped the stack in $RUN"
 }
