@@ -12,6 +12,7 @@ help:
 	@echo "make down    stop them"
 	@echo "make demo    show relaunch recovering a crashed job (starts the stack if needed)"
 	@echo "make test    the whole test suite (starts and stops its own stack under .run/test)"
+	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 
 setup:
 	@bash scripts/setup.sh
@@ -34,3 +35,7 @@ test: setup
 
 test-unit: setup
 	@$(PY) -m pytest tests/unit
+
+bench: setup
+	@bash scripts/stack.sh up
+	@source .run/env && $(PY) bench/recovery_latency.py --jobs 12 --parallel 4 --baseline
