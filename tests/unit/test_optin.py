@@ -35,3 +35,11 @@ def test_hostile_comments_are_parsed_as_text():
     comment = "relaunch:max_attempts=2 $(rm -rf /) `id` \"quoted\" 'x'\n;|&" + "A" * 10_000
     optin = parse_comment(comment)
     assert optin.opted_in and optin.max_attempts == 2 and not optin.errors
+
+
+def test_hang_and_straggler_options():
+    optin = parse_comment("relaunch:max_attempts=4,hang_timeout=120,straggler=on")
+    assert not optin.errors and optin.get("hang_timeout") == 120 and optin.get("straggler") == 1
+    assert parse_comment("relaunch").get("straggler") == 0
+    assert "on or off" in parse_comment("relaunch:straggler=maybe").errors[0]
+    assert parse_comment("relaunch:hang_timeout=5").errors

@@ -23,6 +23,8 @@ _SEPARATORS = re.compile(r"[\s;]+")
 @dataclass(frozen=True)
 class OptionSpec:
     name: str
+    kind: str
+    """"int" (minimum..maximum) or "switch" (on | off, stored as 1 | 0)."""
     minimum: int
     maximum: int
     default: int
@@ -30,9 +32,14 @@ class OptionSpec:
 
 
 OPTIONS: dict[str, OptionSpec] = {
-    "max_attempts": OptionSpec("max_attempts", 1, 100, 3,
+    "max_attempts": OptionSpec("max_attempts", "int", 1, 100, 3,
                                "how many attempts the job may have in all, the first included"),
+    "hang_timeout": OptionSpec("hang_timeout", "int", 10, 7 * 86400, 0,
+                               "seconds without progress before a hang, at least (0: calibrated from step times)"),
+    "straggler": OptionSpec("straggler", "switch", 0, 1, 0,
+                            "on: restart (without the slow node) when the job straggles; off: only report it"),
 }
+_SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0}
 
 
 @dataclass(frozen=True)
@@ -45,9 +52,12 @@ class OptIn:
     def observe_only(self) -> bool:
         return self.opted_in and bool(self.errors)
 
+    def get(self, name: str) -> int:
+        return self.options.get(name, OPTIONS[name].default)
+
     @property
     def max_attempts(self) -> int:
-        return self.options.get("max_attempts", OPTIONS["max_attempts"].default)
+        return self.get("max_attempts")
 
 
 def parse_comment(comment: str | None) -> OptIn:
@@ -69,10 +79,15 @@ def parse_comment(comment: str | None) -> OptIn:
             errors.append(f"option {item[:40]!r} has no '=value'")
         elif spec is None:
             errors.append(f"unknown option {key[:40]!r} (known: {', '.join(sorted(OPTIONS))})")
-        elif not value.isdigit() or not spec.minimum <= int(value) <= spec.maximum:
-            errors.append(f"{key} must be an integer from {spec.minimum} to {spec.maximum}, not {value[:40]!r}")
         elif key in options:
             errors.append(f"option {key} is given twice")
+        elif spec.kind == "switch":
+            if value.lower() not in _SWITCH:
+                errors.append(f"{key} must be on or off, not {value[:40]!r}")
+            else:
+                options[key] = _SWITCH[value.lower()]
+        elif not value.isdigit() or not spec.minimum <= int(value) <= spec.maximum:
+            errors.append(f"{key} must be an integer from {spec.minimum} to {spec.maximum}, not {value[:40]!r}")
         else:
             options[key] = int(value)
     return OptIn(True, options, tuple(errors))

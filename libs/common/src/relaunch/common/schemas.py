@@ -79,6 +79,22 @@ class LogBatch(Message):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+class ProgressReported(Message):
+    """Forward progress of one job (from relaunch.client in training code, or parsed from its log)."""
+
+    schema_: Literal["relaunch.progress/v1"] = Field("relaunch.progress/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    step: int = Field(ge=0)
+    throughput: float | None = Field(None, ge=0, description="samples, tokens or iterations per second")
+    step_time_s: float | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0)
+    node: Name | None = None
+    at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
 class EvidenceLine(Message):
     path: str
     offset: int = Field(ge=0)
@@ -194,7 +210,7 @@ class DeadLetter(Message):
 
 
 ALL_MODELS: tuple[type[Message], ...] = (
-    JobObserved, LogBatch, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
+    JobObserved, LogBatch, ProgressReported, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
 )
 
 

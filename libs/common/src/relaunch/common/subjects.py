@@ -49,6 +49,7 @@ def dlq(service: str) -> str:
 # Filters (wildcards) used by consumers.
 ALL_SIGNAL_LOG = f"{PREFIX}.signal.log.>"
 ALL_SIGNAL_JOB = f"{PREFIX}.signal.job.>"
+ALL_SIGNAL_PROGRESS = f"{PREFIX}.signal.progress.>"
 ALL_SIGNAL_NODE = f"{PREFIX}.signal.node.>"
 ALL_ANOMALIES = f"{PREFIX}.event.anomaly.>"
 ALL_ADVICE = f"{PREFIX}.advice.>"
@@ -89,6 +90,7 @@ class ConsumerSpec:
 # The detector reads log batches and job observations.
 DETECTOR_LOGS = ConsumerSpec("detector-logs", SIGNALS, ALL_SIGNAL_LOG, ack_wait_s=30, max_deliver=10)
 DETECTOR_JOBS = ConsumerSpec("detector-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=60)
+DETECTOR_PROGRESS = ConsumerSpec("detector-progress", SIGNALS, ALL_SIGNAL_PROGRESS, ack_wait_s=30, max_deliver=10)
 # The decider owns the ledger: it records jobs, anomalies, reconcile statuses and audit entries.
 DECIDER_JOBS = ConsumerSpec("decider-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=100)
 DECIDER_ANOMALIES = ConsumerSpec("decider-anomalies", EVENTS, ALL_ANOMALIES, ack_wait_s=30, max_deliver=100)

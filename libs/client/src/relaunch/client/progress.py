@@ -1,0 +1,103 @@
+"""report_progress(): forward progress from training code, never slowing the training loop.
+
+The call only puts a small record on a bounded in-process queue (no I/O, no lock contention with
+the bus); a daemon thread publishes it to `relaunch.signal.progress.<cluster>.<job>` with a plain
+NATS publish (the SIGNALS stream captures it). When the queue is full or the bus is down, records
+are dropped and counted (`dropped`), never buffered without bound and never raised into training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import queue
+import threading
+
+from relaunch.common import subjects
+from relaunch.common.schemas import ProgressReported, dump
+
+log = logging.getLogger(__name__)
+
+
+class ProgressReporter:
+    def __init__(self, nats_url: str, cluster: str, job_id: str, node: str | None = None,
+                 max_pending: int = 1000) -> None:
+        self.nats_url, self.cluster, self.job_id, self.node = nats_url, cluster, job_id, node
+        self.subject = subjects.signal_progress(cluster, job_id)
+        self._queue: queue.Queue[ProgressReported | None] = queue.Queue(maxsize=max_pending)
+        self.sent = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="relaunch-progress", daemon=True)
+        self._thread.start()
+
+    def report(self, step: int, throughput: float | None = None, step_time_s: float | None = None,
+               rank: int | None = None) -> None:
+        try:
+            record = ProgressReported(cluster=self.cluster, job_id=self.job_id, step=step, throughput=throughput,
+                                      step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC))
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+        except ValueError as exc:  # bad values from the caller: count, say once, never raise into training
+            if self.dropped == 0:
+                log.warning("relaunch: progress record refused: %s", exc)
+            self.dropped += 1
+
+    def close(self, timeout: float = 2.0) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        asyncio.run(self._publish_loop())
+
+    async def _publish_loop(self) -> None:
+        import nats
+
+        nc = None
+        loop = asyncio.get_running_loop()
+        while True:
+            record = await loop.run_in_executor(None, self._queue.get)
+            if record is None:
+                break
+            try:
+                if nc is None or nc.is_closed:
+                    nc = await nats.connect(self.nats_url, connect_timeout=2, max_reconnect_attempts=3,
+                                            allow_reconnect=True, reconnect_time_wait=0.5, error_cb=_quiet)
+                await nc.publish(self.subject, dump(record))
+                self.sent += 1
+            except Exception:  # the bus is down or unreachable: drop and count, try again next record
+                self.dropped += 1
+                nc = None
+        if nc is not None:
+            await nc.drain()
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py prints every connection error with a traceback; inside training code we only count."""
+
+
+_default: ProgressReporter | None = None
+_default_lock = threading.Lock()
+
+
+def report_progress(step: int, throughput: float | None = None, step_time_s: float | None = None,
+                    rank: int | None = None) -> None:
+    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                job_id = os.environ.get("SLURM_JOB_ID")
+                if not job_id:
+                    return
+                _default = ProgressReporter(
+                    os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222"),
+                    os.environ.get("RELAUNCH_CLUSTER") or os.environ.get("SLURM_CLUSTER_NAME", "local"),
+                    job_id, node=os.environ.get("SLURMD_NODENAME"),
+                )
+    _default.report(step, throughput, step_time_s, rank)
