@@ -1,0 +1,252 @@
+"""Hang detection: no forward progress for longer than the job's own rhythm allows.
+
+Pure: the state is a frozen value that each observation replaces; time is passed in (seconds since
+the epoch as a float, or an aware datetime) and stored as float seconds.
+
+How the timeout is chosen, and why:
+- Calibrated from the job's own step intervals (the gaps between log lines that show a new step):
+  `max(floor_s, multiplier x p<percentile> of the last <window> intervals)`. A high percentile, not
+  the mean, so that the occasional slow step (data-loader stall, GC, evaluation) sets the pace rather
+  than being flagged; the floor keeps fast jobs from being declared hung on a hiccup.
+- Before the job has shown `min_intervals` intervals (start-up: model load, compile, data index
+  build), the longer `warmup_s` allowance applies, counted from the last sign of life.
+- A checkpoint save in progress has its own allowance, `max(checkpoint_s, checkpoint_multiplier x
+  the longest save seen)`, from the moment it started; a save that ended restarts the clock, and an
+  interval that spans a save is never learnt as a step interval.
+
+Invariants: a step equal to the last one is a duplicate (many ranks print the same step) and changes
+nothing; a step below the last one (restart from a checkpoint, an evaluation bar, a new epoch's
+counter) is a sign of life but teaches no interval, so lagging ranks cannot shrink the timeout. A
+progress point without a step (HF's loss dicts) counts as forward progress. Start a fresh state for
+each attempt of a job: the restarted process's start-up deserves the warm-up allowance again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Mapping
+
+from .clock import seconds, when
+
+STATE_VERSION = 1
+MAX_WINDOW = 256
+"""The state keeps at most this many intervals whatever the policy: it lives in Redis."""
+
+
+@dataclass(frozen=True)
+class HangPolicy:
+    floor_s: float = 10.0
+    """The shortest timeout ever used. 10 s lets a job with 1 s steps be declared hung within 15 s of
+    its last step (including a sweep period); raise it per job for jobs with long silent phases."""
+    multiplier: float = 5.0
+    """Timeout = multiplier x the high percentile of recent step intervals (when above the floor)."""
+    percentile: float = 95.0
+    """Which percentile of the recent intervals sets the pace (nearest-rank)."""
+    window: int = 100
+    """How many recent step intervals are kept for calibration."""
+    min_intervals: int = 3
+    """Intervals needed before the calibrated timeout replaces the warm-up allowance."""
+    warmup_s: float = 1800.0
+    """Allowance before the job is calibrated: start-up (model load, compile, dataset index) is slow."""
+    checkpoint_s: float = 900.0
+    """Least allowance for a checkpoint save in progress (large saves to a shared filesystem)."""
+    checkpoint_multiplier: float = 3.0
+    """A save may take this many times the longest save seen so far, when that is above checkpoint_s."""
+
+    def __post_init__(self) -> None:
+        positive = {"floor_s": self.floor_s, "warmup_s": self.warmup_s, "checkpoint_s": self.checkpoint_s}
+        for name, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"hang policy {name} must be a positive number of seconds, not {value!r}")
+        if not (self.multiplier >= 1 and self.checkpoint_multiplier >= 1):
+            raise ValueError("hang policy multipliers must be at least 1")
+        if not 0 < self.percentile <= 100:
+            raise ValueError(f"hang policy percentile must be in (0, 100], not {self.percentile!r}")
+        if not 1 <= self.min_intervals <= self.window <= MAX_WINDOW:
+            raise ValueError(f"hang policy needs 1 <= min_intervals <= window <= {MAX_WINDOW}")
+
+
+OPTION_FIELDS = {
+    "hang_timeout": "floor_s",
+    "hang_multiplier": "multiplier",
+    "hang_warmup": "warmup_s",
+    "hang_checkpoint": "checkpoint_s",
+}
+"""Per-job option names (as a job comment would spell them) -> HangPolicy fields."""
+
+
+def policy_with_options(base: HangPolicy, options: Mapping[str, float]) -> HangPolicy:
+    """`base` with the job's overrides applied. Keys outside OPTION_FIELDS belong to other readers of
+    the job's options and are left alone; bad values raise ValueError (from HangPolicy)."""
+    changes = {OPTION_FIELDS[key]: float(value) for key, value in options.items() if key in OPTION_FIELDS}
+    return replace(base, **changes) if changes else base
+
+
+@dataclass(frozen=True)
+class HangState:
+    watched_since: float
+    """When watching this attempt began: the warm-up allowance counts from here before any step."""
+    last_step: int | None = None
+    high_step: int | None = None
+    """The highest step seen: only steps above it teach an interval."""
+    progress_at: float | None = None
+    """The last sign of life that was a step (forward, or a counter reset)."""
+    intervals: tuple[float, ...] = ()
+    save_started_at: float | None = None
+    """Set while a checkpoint save is in progress (the earliest start line of that save)."""
+    save_ended_at: float | None = None
+    longest_save_s: float = 0.0
+    gap_has_save: bool = False
+    """The gap since progress_at contains a save, so it is not a step interval."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": STATE_VERSION, "watched_since": self.watched_since, "last_step": self.last_step,
+                "high_step": self.high_step, "progress_at": self.progress_at, "intervals": list(self.intervals),
+                "save_started_at": self.save_started_at, "save_ended_at": self.save_ended_at,
+                "longest_save_s": self.longest_save_s, "gap_has_save": self.gap_has_save}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HangState:
+        if data.get("v") != STATE_VERSION:
+            raise ValueError(f"hang state version {data.get('v')!r} is not {STATE_VERSION}")
+        try:
+            return cls(watched_since=float(data["watched_since"]), last_step=_opt(int, data["last_step"]),
+                       high_step=_opt(int, data["high_step"]), progress_at=_opt(float, data["progress_at"]),
+                       intervals=tuple(float(x) for x in data["intervals"]),
+                       save_started_at=_opt(float, data["save_started_at"]),
+                       save_ended_at=_opt(float, data["save_ended_at"]),
+                       longest_save_s=float(data["longest_save_s"]), gap_has_save=bool(data["gap_has_save"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"hang state is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Hang:
+    last_step: int | None
+    last_progress_at: float | None
+    silent_s: float
+    timeout_s: float
+    deadline: float
+    during_save: bool
+    reason: str
+
+
+def new_state(now: float | dt.datetime) -> HangState:
+    return HangState(watched_since=seconds(now))
+
+
+def observe_progress(state: HangState, step: int | None, now: float | dt.datetime) -> HangState:
+    """A progress line (or client progress event) at `now`; `step` None means progress of unknown size."""
+    now = seconds(now)
+    if step is not None and step == state.last_step:
+        return state  # the same step from another rank, or printed twice
+    backwards = step is not None and state.last_step is not None and step < state.last_step
+    new_high = step is None or state.high_step is None or step > state.high_step
+    intervals = state.intervals
+    # Lines read in one batch share one `now`: a zero gap says nothing about the job's pace, so it is
+    # not learnt (the pace learnt is then "how often new steps show up", which is what silence is
+    # measured against).
+    learn = (not backwards and new_high and state.progress_at is not None and not state.gap_has_save
+             and now > state.progress_at)
+    if learn:
+        intervals = (intervals + (now - state.progress_at,))[-MAX_WINDOW:]
+    save_started_at, longest, ended = state.save_started_at, state.longest_save_s, state.save_ended_at
+    if save_started_at is not None and not backwards:
+        # Training moved on: the save is over even if no end line came (HF prints none; async saves
+        # return to training at once). Its length up to here is an upper bound worth remembering.
+        # (A lagging rank's older step says nothing about the save, so it does not end it.)
+        longest, save_started_at, ended = max(longest, now - save_started_at), None, now
+    high = state.high_step if step is None else max(step, state.high_step if state.high_step is not None else step)
+    return replace(state, last_step=step if step is not None else state.last_step, high_step=high,
+                   progress_at=now, intervals=intervals, save_started_at=save_started_at,
+                   save_ended_at=ended, longest_save_s=longest, gap_has_save=False)
+
+
+def observe_checkpoint(state: HangState, phase: Literal["started", "finished"], now: float | dt.datetime
+                       ) -> HangState:
+    now = seconds(now)
+    if phase == "started":
+        if state.save_started_at is not None:
+            return state  # every rank announces the same save; the first announcement counts
+        return replace(state, save_started_at=now, gap_has_save=True)
+    if phase != "finished":
+        raise ValueError(f"checkpoint phase must be 'started' or 'finished', not {phase!r}")
+    longest = state.longest_save_s
+    if state.save_started_at is not None:
+        longest = max(longest, now - state.save_started_at)
+    # An end line with no start seen is still a sign of life after a save (its start line may have
+    # gone unrecognised): the clock restarts from here either way.
+    return replace(state, save_started_at=None, save_ended_at=now, longest_save_s=longest, gap_has_save=True)
+
+
+def timeout_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
+    """The allowed silence after the last sign of life, and why it is that long."""
+    recent = state.intervals[-policy.window:]
+    if state.progress_at is None:
+        return policy.warmup_s, f"warm-up allowance {policy.warmup_s:g} s before the first step"
+    if len(recent) < policy.min_intervals:
+        return policy.warmup_s, (f"warm-up allowance {policy.warmup_s:g} s: only {len(recent)} step interval(s) "
+                                 f"seen, {policy.min_intervals} needed to calibrate")
+    pace = percentile(recent, policy.percentile)
+    scaled = policy.multiplier * pace
+    why = (f"{policy.multiplier:g} x p{policy.percentile:g} {pace:.3g} s of the last {len(recent)} step intervals "
+           f"= {scaled:.3g} s")
+    if scaled >= policy.floor_s:
+        return scaled, why
+    return policy.floor_s, f"floor {policy.floor_s:g} s (above {why})"
+
+
+def save_allowance_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
+    learnt = policy.checkpoint_multiplier * state.longest_save_s
+    if learnt > policy.checkpoint_s:
+        return learnt, (f"{policy.checkpoint_multiplier:g} x the longest save seen "
+                        f"({state.longest_save_s:.3g} s) = {learnt:.3g} s")
+    return policy.checkpoint_s, f"checkpoint allowance {policy.checkpoint_s:g} s"
+
+
+def deadline(state: HangState, policy: HangPolicy) -> float:
+    """When the job is hung unless it shows life first: the score for a sweep over many jobs."""
+    return _deadline(state, policy)[0]
+
+
+def verdict(state: HangState, policy: HangPolicy, now: float | dt.datetime) -> Hang | None:
+    now = seconds(now)
+    due, timeout, why, during_save, anchor = _deadline(state, policy)
+    if now < due:
+        return None
+    silent = now - anchor
+    if during_save:
+        reason = (f"a checkpoint save started at {when(state.save_started_at)} has not finished after "
+                  f"{now - state.save_started_at:.0f} s; allowed {why}")
+    elif state.progress_at is None:
+        reason = (f"no training step seen in {silent:.0f} s since {when(anchor)} "
+                  f"(watched since {when(state.watched_since)}); timeout {timeout:.3g} s: {why}")
+    else:
+        step = f"step {state.last_step}" if state.last_step is not None else "the last progress line"
+        after_save = f", last checkpoint save ended at {when(anchor)}" if anchor != state.progress_at else ""
+        reason = (f"no progress since {step} at {when(state.progress_at)}{after_save} ({silent:.0f} s of "
+                  f"silence); timeout {timeout:.3g} s: {why}")
+    return Hang(state.last_step, state.progress_at, silent, timeout, due, during_save, reason)
+
+
+def percentile(values: tuple[float, ...] | list[float], pct: float) -> float:
+    """Nearest-rank percentile: always one of the values, so a single outlier is never interpolated in."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100.0 * len(ordered)) - 1)]
+
+
+def _deadline(state: HangState, policy: HangPolicy) -> tuple[float, float, str, bool, float]:
+    anchor = max(t for t in (state.watched_since, state.progress_at, state.save_ended_at) if t is not None)
+    timeout, why = timeout_s(state, policy)
+    due = anchor + timeout
+    if state.save_started_at is not None:
+        allowance, save_why = save_allowance_s(state, policy)
+        if state.save_started_at + allowance > due:
+            return state.save_started_at + allowance, allowance, save_why, True, anchor
+    return due, timeout, why, False, anchor
+
+
+def _opt(kind, value):
+    return None if value is None else kind(value)
