@@ -2,53 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
-from relaunch.actuator.domain.observing import parse_scontrol_line
+import slurmjobs
+from slurmjobs import job_fields, ledger, wait_until
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "examples" / "flaky-train.sh"
-VENV_BIN = REPO / ".venv" / "bin"
 
 
 def sbatch(env: dict, comment: str, **job_env: str) -> str:
-    jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
-    jobs.mkdir(exist_ok=True)
-    out = subprocess.run(
-        ["sbatch", "--parsable", f"--comment={comment}", "--open-mode=append", "-o", str(jobs / "%x-%j.out"),
-         str(SCRIPT)],
-        check=True, capture_output=True, text=True, env={**os.environ, "STEP_SECONDS": "0.2", **job_env},
-    )
-    return out.stdout.strip().split(";")[0]
-
-
-def job_fields(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], check=True, capture_output=True, text=True)
-    return parse_scontrol_line(out.stdout)
-
-
-def wait_until(what, predicate, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def ledger(job_id: str) -> dict:
-    out = subprocess.run([str(VENV_BIN / "relaunch"), "jobs", "show", job_id, "--json"], capture_output=True,
-                         text=True)
-    assert out.returncode in (0, 1), out.stderr
-    return json.loads(out.stdout) if out.returncode == 0 else {}
+    return slurmjobs.sbatch(env, "flaky-train.sh", comment, STEP_SECONDS="0.2", **job_env)
 
 
 def test_segfault_is_restarted_once_and_the_job_completes(services):

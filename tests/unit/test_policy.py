@@ -39,3 +39,11 @@ def test_stop_action_and_observe_only_and_cancelled():
 def test_restart_excluding_names_the_anomalys_nodes():
     d = decide(History(), anomaly(action="restart_excluding", nodes=["node2"]), Policy(), NOW)
     assert d.kind == "restart" and d.exclude_nodes == ("node2",)
+
+
+def test_stragglers_are_reported_unless_the_job_opts_in():
+    straggler = anomaly(kind="straggler", source="progress", signature_id="straggler_throughput",
+                        category="straggler", action="restart_excluding", nodes=["node3"])
+    assert decide(History(), straggler, Policy(), NOW).kind == "report"
+    d = decide(History(), straggler, Policy(straggler=True), NOW)
+    assert d.kind == "restart" and d.exclude_nodes == ("node3",)

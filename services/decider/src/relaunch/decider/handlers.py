@@ -39,8 +39,11 @@ class Decider:
             DECISIONS.labels(decision.kind, decision.rule).inc()
             detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
                       "anomaly": anomaly.anomaly_id}
-            key = f"decider.{anomaly.cluster}.{anomaly.job_id}.{anomaly.attempt}"
+            key = f"decider.{anomaly.anomaly_id}"
             if decision.kind == "none":
+                return
+            if decision.kind == "report":
+                await tx.audit("report", detail, key, now)
                 return
             if decision.kind in ("stop", "observe"):
                 await tx.audit(decision.kind, detail, key, now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 
@@ -12,12 +13,14 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
 from relaunch.common.errors import TemporaryError
+from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Chunk, read_new_lines
 from .domain.detection import FAILED_STATES, crash_from_log, crash_from_scheduler
 from .domain.signatures import Signature
+from .tracking import ProgressTracker
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +88,12 @@ class Follower:
 
 class Detector:
     def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: list[Signature],
-                 grace_s: float) -> None:
+                 grace_s: float, tracker: ProgressTracker) -> None:
         self.bus, self.state, self.follower = bus, state, follower
-        self.catalogue, self.grace_s = catalogue, grace_s
+        self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker
 
     async def on_log(self, batch: LogBatch, delivery: Delivery) -> None:
+        await self.tracker.on_batch(batch)
         info = await self.state.job(batch.cluster, batch.job_id)
         found = crash_from_log(batch, self.catalogue, parse_nodes(info.get("nodes")), utcnow())
         if found is None:
@@ -105,7 +109,8 @@ class Detector:
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
         c, job = obs.cluster, obs.job_id
         info = await self.state.job(c, job)
-        fields = {"stdout": obs.stdout, "stderr": obs.stderr, "nodes": nodes_field(obs.nodes)}
+        fields = {"stdout": obs.stdout, "stderr": obs.stderr, "nodes": nodes_field(obs.nodes),
+                  "options": json.dumps(parse_comment(obs.comment).options)}
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:
             return  # an older observation than what we already follow
@@ -120,6 +125,8 @@ class Detector:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
             fields["attempt"] = str(obs.restarts)
         await self.state.track(c, job, fields)
+        await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING",
+                                      finished=obs.state in FAILED_STATES or obs.state in ("COMPLETED", "CANCELLED"))
 
         if obs.state in FAILED_STATES:
             await self.follower.read_job(job)
@@ -141,6 +148,7 @@ class Detector:
     async def _publish(self, anomaly: AnomalyDetected) -> None:
         await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
                                msg_id=anomaly.anomaly_id)
-        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.signature_id)
+        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,
+                                      anomaly.signature_id)
         ANOMALIES.labels(anomaly.kind, anomaly.category, anomaly.source).inc()
         log.info("anomaly %s: %s (%s)", anomaly.anomaly_id, anomaly.category, anomaly.summary)

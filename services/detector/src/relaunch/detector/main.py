@@ -6,14 +6,16 @@ import asyncio
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
-from relaunch.common.schemas import JobObserved, LogBatch
+from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.hotstate import HotState
+from .domain import hangs, stragglers
 from .domain.signatures import load_catalogue
 from .handlers import Detector, Follower
 from .settings import DetectorSettings
+from .tracking import ProgressTracker
 
 
 async def amain() -> None:
@@ -24,7 +26,11 @@ async def amain() -> None:
     bus = await Bus.connect(common.nats_url, "detector")
     state = HotState(common.redis_url)
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes)
-    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s)
+    tracker = ProgressTracker(bus, state, common.cluster,
+                              hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
+                              stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
+                              sweep_s=settings.hang_sweep_s)
+    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
     redis_ok = {"value": True}
 
     async def watch_redis(stop: asyncio.Event) -> None:
@@ -38,6 +44,8 @@ async def amain() -> None:
             watch_redis(stop),
             consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop),
             consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop),
+            consume(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress, stop),
+            tracker.sweep(stop),
         ]
 
     async def on_stop() -> None:

@@ -19,3 +19,12 @@ class DetectorSettings(ServiceSettings):
     """Operator signature files (TOML, same shape as the built-in catalogue), as a JSON list."""
     batch_bytes: int = 256 * 1024
     """Largest log batch published at once (NATS' default max payload is 1 MiB)."""
+    hang_floor_s: float = 10.0
+    """No hang is declared before this many seconds without progress, however fast the steps
+    (a job may raise it with hang_timeout=N in its comment)."""
+    hang_warmup_s: float = 1800.0
+    """Allowance before the first step of an attempt (start-up, data loading, checkpoint loading)."""
+    hang_sweep_s: float = 1.0
+    """How often hang deadlines are swept."""
+    straggler_fraction: float = 0.2
+    """Throughput this far below the job's own baseline, sustained, makes a straggler."""

@@ -182,8 +182,8 @@ class JobTx:
         if not self.row.get("comment"):
             # Anomaly before any observation (should not happen: the observer publishes first).
             return Policy(observe_only=True, option_errors=("the job has not been observed yet",))
-        return Policy(max_attempts=optin.max_attempts, observe_only=optin.observe_only,
-                      option_errors=optin.errors)
+        return Policy(max_attempts=optin.max_attempts, straggler=bool(optin.get("straggler")),
+                      observe_only=optin.observe_only, option_errors=optin.errors)
 
     async def history(self) -> History:
         rows = await self.conn.fetch("SELECT attempt, generation FROM advice WHERE cluster=$1 AND job_id=$2",

@@ -1,8 +1,8 @@
 """decide(history, anomaly, policy, now) -> Decision. Pure; every stop names its rule.
 
-Here (walking skeleton) the policy knows `max_attempts` (attempts in all, the first included),
-the anomaly's own action (`stop` for faults that a restart cannot fix), observe-only jobs, and
-that one attempt gets at most one decision.
+Here the policy knows `max_attempts` (attempts in all, the first included), the anomaly's own
+action (`stop` for faults that a restart cannot fix), observe-only jobs, straggler recovery as an
+opt-in (otherwise a straggler is only reported), and that one attempt gets at most one decision.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ ADVICE_TTL = dt.timedelta(minutes=30)
 @dataclass(frozen=True)
 class Policy:
     max_attempts: int = 3
+    straggler: bool = False
+    """Restart on a straggler (opt-in per job); otherwise a straggler is only reported."""
     observe_only: bool = False
     option_errors: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, int | bool]:
-        return {"max_attempts": self.max_attempts, "observe_only": self.observe_only}
+        return {"max_attempts": self.max_attempts, "straggler": self.straggler, "observe_only": self.observe_only}
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class History:
 
 @dataclass(frozen=True)
 class Decision:
-    kind: Literal["restart", "stop", "observe", "none"]
+    kind: Literal["restart", "stop", "observe", "report", "none"]
     rule: str
     reason: str
     generation: int = 0
@@ -54,6 +56,10 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
         return Decision("observe", "observe_only",
                         "the job's relaunch options are invalid, so it is only observed: "
                         + "; ".join(policy.option_errors))
+    if anomaly.kind == "straggler" and not policy.straggler:
+        return Decision("report", "straggler_report_only",
+                        f"straggler reported, not acted on (the job's comment does not say straggler=on): "
+                        f"{anomaly.summary}")
     if history.user_cancelled:
         return Decision("stop", "user_cancelled", "the job was cancelled by a user; relaunch never restarts that")
     if anomaly.action == "stop":

@@ -3,7 +3,9 @@ the attempt each job is on, and which attempts already have an anomaly.
 
 Nothing here is needed by another replica that Redis does not hold; a restarted detector resumes
 from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: attempt, stdout,
-stderr, nodes, off:<path>), rl:anomaly:<c>:<job>:<attempt>, rl:candidate:<c>:<job>:<attempt>.
+stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
+rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (JSON: the attempt's hang and straggler state) and
+rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica).
 """
 
 from __future__ import annotations
@@ -55,11 +57,45 @@ class HotState:
     async def set_offset(self, cluster: str, job_id: str, path: str, offset: int) -> None:
         await self._call(self.r.hset(f"rl:job:{cluster}:{job_id}", f"off:{path}", offset))
 
-    async def has_anomaly(self, cluster: str, job_id: str, attempt: int) -> bool:
-        return bool(await self._call(self.r.exists(f"rl:anomaly:{cluster}:{job_id}:{attempt}")))
+    async def has_anomaly(self, cluster: str, job_id: str, attempt: int,
+                          kinds: tuple[str, ...] = ("crash", "hang")) -> bool:
+        """Whether the attempt already has an anomaly of one of `kinds` (a crash or a hang explains it)."""
+        keys = [f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds]
+        return bool(await self._call(self.r.exists(*keys)))
 
-    async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, signature_id: str) -> None:
-        await self._call(self.r.set(f"rl:anomaly:{cluster}:{job_id}:{attempt}", signature_id, ex=ANOMALY_TTL_S))
+    async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, kind: str, signature_id: str) -> None:
+        await self._call(self.r.set(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}", signature_id,
+                                    ex=ANOMALY_TTL_S))
+
+    async def progress(self, cluster: str, job_id: str) -> dict | None:
+        raw = await self._call(self.r.get(f"rl:prog:{cluster}:{job_id}"))
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> None:
+        """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(f"rl:prog:{cluster}:{job_id}", json.dumps(data), ex=ANOMALY_TTL_S)
+        if deadline is None:
+            pipe.zrem(f"rl:hangdl:{cluster}", job_id)
+        else:
+            pipe.zadd(f"rl:hangdl:{cluster}", {job_id: deadline})
+        await self._call(pipe.execute())
+
+    async def forget_progress(self, cluster: str, job_id: str) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(f"rl:prog:{cluster}:{job_id}")
+        pipe.zrem(f"rl:hangdl:{cluster}", job_id)
+        await self._call(pipe.execute())
+
+    async def due_hangs(self, cluster: str, now: float, limit: int = 500) -> list[str]:
+        return await self._call(self.r.zrangebyscore(f"rl:hangdl:{cluster}", "-inf", now, start=0, num=limit))
+
+    async def claim_hang(self, cluster: str, job_id: str) -> bool:
+        """Take a due deadline off the set; only the replica whose ZREM removed it handles it."""
+        return bool(await self._call(self.r.zrem(f"rl:hangdl:{cluster}", job_id)))
 
     async def set_candidate(self, cluster: str, job_id: str, attempt: int, anomaly_json: str) -> None:
         """Keep the first cascade-only finding; it is published if nothing better shows up."""

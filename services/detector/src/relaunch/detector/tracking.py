@@ -1,0 +1,174 @@
+"""Bus wiring of hang and straggler detection: progress from log lines and from relaunch.client,
+per-attempt state in Redis, and a sweeper over the hang deadlines that any replica may run.
+
+Invariants:
+- state belongs to one attempt: a new attempt starts fresh (its start-up gets the warm-up again);
+- hang watching is armed only once the job has shown recognisable progress (in this attempt or an
+  earlier one): a job that never prints progress cannot be judged silent;
+- one anomaly per attempt and kind (`<cluster>.<job>.<attempt>.<kind>`), whatever replica sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.errors import TemporaryError
+from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
+
+from .adapters.hotstate import HotState, parse_nodes
+from .domain import hangs, stragglers
+from .domain.progress import CheckpointMark, ProgressPoint, parse_line
+
+log = logging.getLogger(__name__)
+
+
+def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str) -> str:
+    return f"{cluster}.{job_id}.{attempt}.{kind}"
+
+
+class ProgressTracker:
+    def __init__(self, bus: Bus, state: HotState, cluster: str, hang_policy: hangs.HangPolicy,
+                 straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0) -> None:
+        self.bus, self.state, self.cluster = bus, state, cluster
+        self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
+
+    # -- inputs ---------------------------------------------------------------------------------
+    async def on_batch(self, batch: LogBatch) -> None:
+        marks = [m for m in map(parse_line, batch.lines) if m is not None]
+        if marks:
+            await self._observe(batch.job_id, batch.attempt, marks, batch.read_at)
+
+    async def on_progress(self, msg: ProgressReported, delivery: Delivery) -> None:
+        info = await self.state.job(msg.cluster, msg.job_id)
+        if not info.get("attempt"):
+            raise TemporaryError("job not observed yet", delay=1.0)
+        point = ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
+                              preset="client")
+        await self._observe(msg.job_id, int(info["attempt"]), [point], msg.at)
+
+    async def on_attempt(self, job_id: str, attempt: int, running: bool, finished: bool) -> None:
+        """Called on every JobObserved: a new attempt starts fresh; a finished one stops being watched."""
+        if finished:
+            await self.state.forget_progress(self.cluster, job_id)
+            return
+        current = await self.state.progress(self.cluster, job_id)
+        if current is not None and current.get("attempt") == attempt:
+            return
+        info = await self.state.job(self.cluster, job_id)
+        if running and info.get("progress_seen"):
+            hang = hangs.new_state(utcnow())
+            data = _record(attempt, hang, stragglers.StragglerState())
+            await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang, self._hang_policy(info)))
+        elif current is not None:
+            await self.state.forget_progress(self.cluster, job_id)
+
+    async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime) -> None:
+        info = await self.state.job(self.cluster, job_id)
+        data = await self.state.progress(self.cluster, job_id)
+        if data is None or data.get("attempt") != attempt:
+            if data is not None and data.get("attempt", -1) > attempt:
+                return  # lines of an older attempt arriving late
+            hang, strag = hangs.new_state(at), stragglers.StragglerState()
+        else:
+            hang = hangs.HangState.from_dict(data["hang"])
+            strag = stragglers.StragglerState.from_dict(data["straggler"])
+        points = []
+        for mark in marks:
+            if isinstance(mark, CheckpointMark):
+                hang = hangs.observe_checkpoint(hang, mark.phase, at)
+            else:
+                hang = hangs.observe_progress(hang, mark.step, at)
+                points.append(mark)
+        strag = stragglers.observe_points(strag, points, at)
+        if not info.get("progress_seen"):
+            await self.state.track(self.cluster, job_id, {"progress_seen": "1"})
+        await self.state.save_progress(self.cluster, job_id, _record(attempt, hang, strag),
+                                       hangs.deadline(hang, self._hang_policy(info)))
+        found = stragglers.verdict(strag, self._straggler_policy(info))
+        if found is not None:
+            await self._straggler(job_id, attempt, found, info, at)
+
+    # -- outputs --------------------------------------------------------------------------------
+    async def sweep(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sweep_once(utcnow())
+            except TemporaryError as exc:
+                log.warning("hang sweep: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.sweep_s)
+            except TimeoutError:
+                pass
+
+    async def sweep_once(self, now: dt.datetime) -> None:
+        for job_id in await self.state.due_hangs(self.cluster, now.timestamp()):
+            if not await self.state.claim_hang(self.cluster, job_id):
+                continue  # another replica took it
+            data = await self.state.progress(self.cluster, job_id)
+            if data is None:
+                continue
+            info = await self.state.job(self.cluster, job_id)
+            policy = self._hang_policy(info)
+            hang_state = hangs.HangState.from_dict(data["hang"])
+            found = hangs.verdict(hang_state, policy, now)
+            if found is None:  # progress moved the deadline meanwhile: arm it again
+                await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang_state, policy))
+                continue
+            attempt = int(data["attempt"])
+            if await self.state.has_anomaly(self.cluster, job_id, attempt):
+                continue
+            await self._publish(AnomalyDetected(
+                anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
+                attempt=attempt, kind="hang", source="progress", signature_id="hang_no_progress", category="hang",
+                fault_domain="unknown", action="restart", summary=found.reason[:2000],
+                nodes=parse_nodes(info.get("nodes")), detected_at=now,
+            ))
+
+    async def _straggler(self, job_id: str, attempt: int, found: stragglers.Straggler, info: dict,
+                         at: dt.datetime) -> None:
+        if await self.state.has_anomaly(self.cluster, job_id, attempt, kinds=("straggler",)):
+            return
+        await self._publish(AnomalyDetected(
+            anomaly_id=anomaly_id(self.cluster, job_id, attempt, "straggler"), cluster=self.cluster, job_id=job_id,
+            attempt=attempt, kind="straggler", source="progress", signature_id="straggler_throughput",
+            category="straggler", fault_domain="unknown",
+            action="restart_excluding" if found.node else "restart", summary=found.reason[:2000],
+            nodes=[found.node] if found.node else [], detected_at=at,
+        ))
+
+    async def _publish(self, anomaly: AnomalyDetected) -> None:
+        await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
+                               msg_id=anomaly.anomaly_id)
+        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,
+                                      anomaly.signature_id)
+        log.info("anomaly %s: %s", anomaly.anomaly_id, anomaly.summary)
+
+    # -- per-job policies -----------------------------------------------------------------------
+    def _hang_policy(self, info: dict) -> hangs.HangPolicy:
+        options = {k: v for k, v in _options(info).items() if v}  # hang_timeout=0 means "calibrated"
+        try:
+            return hangs.policy_with_options(self.hang_policy, options)
+        except ValueError:
+            return self.hang_policy
+
+    def _straggler_policy(self, info: dict) -> stragglers.StragglerPolicy:
+        try:
+            return stragglers.policy_with_options(self.straggler_policy, _options(info))
+        except ValueError:
+            return self.straggler_policy
+
+
+def _options(info: dict) -> dict:
+    try:
+        return json.loads(info.get("options") or "{}")
+    except ValueError:
+        return {}
+
+
+def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState) -> dict:
+    return {"attempt": attempt, "hang": hang.to_dict(), "straggler": strag.to_dict()}
