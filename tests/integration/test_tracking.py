@@ -1,0 +1,80 @@
+"""Hang and straggler tracking against real Redis and NATS: state survives in Redis, and of two
+detector replicas sweeping the same deadlines only one reports the hang."""
+
+import datetime as dt
+
+import pytest
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus
+from relaunch.common.schemas import AnomalyDetected, LogBatch
+from relaunch.detector.adapters.hotstate import HotState
+from relaunch.detector.domain import hangs, stragglers
+from relaunch.detector.tracking import ProgressTracker
+
+pytestmark = pytest.mark.integration
+T0 = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+
+
+def line(it: int, tflops: float = 150.0) -> str:
+    return (f" iteration {it:8d}/  500000 | consumed samples: {it * 512} | elapsed time per iteration (ms): 1000.0 | "
+            f"throughput per GPU (TFLOP/s/GPU): {tflops} | lm loss: 2.1E+00 |")
+
+
+async def anomalies(bus: Bus, cluster: str, job: str) -> list[AnomalyDetected]:
+    sub = await bus.js.subscribe(subjects.event_anomaly(cluster, job), ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            out.append(AnomalyDetected.model_validate_json((await sub.next_msg(timeout=0.5)).data))
+    except Exception:
+        pass
+    await sub.unsubscribe()
+    return out
+
+
+@pytest.fixture
+async def replicas(test_stack, unique):
+    cluster = f"c{unique}"
+    made = []
+    for _ in range(2):
+        bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+        state = HotState(test_stack["RELAUNCH_REDIS_URL"])
+        made.append((bus, state, ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())))
+    yield cluster, made
+    for bus, state, _ in made:
+        await bus.close()
+        await state.close()
+
+
+async def test_hang_is_reported_once_by_two_replicas(replicas):
+    cluster, ((bus, state, a), (_, _, b)) = replicas
+    await state.track(cluster, "8", {"attempt": "0", "nodes": '["node1"]'})
+    for it in range(1, 9):  # one step a second, each read in its own batch
+        batch = LogBatch(cluster=cluster, job_id="8", attempt=0, path="/x", offset=it * 100, lines=[line(it)],
+                         read_at=T0 + dt.timedelta(seconds=it))
+        await (a if it % 2 else b).on_batch(batch)  # replicas share the work
+    last = T0 + dt.timedelta(seconds=8)
+    await a.sweep_once(last + dt.timedelta(seconds=5))
+    assert await anomalies(bus, cluster, "8") == [], "5 s of silence after 1 s steps is not a hang yet"
+    for tracker in (a, b, a):
+        await tracker.sweep_once(last + dt.timedelta(seconds=15))
+    (hang,) = await anomalies(bus, cluster, "8")
+    assert hang.kind == "hang" and hang.attempt == 0 and hang.nodes == ["node1"] and "since step 8" in hang.summary
+
+
+async def test_new_attempt_starts_fresh_and_a_drop_is_a_straggler(replicas):
+    cluster, ((bus, state, a), _) = replicas
+    await state.track(cluster, "9", {"attempt": "0", "nodes": '["node2"]'})
+    lines = [line(it, 150.0 + it % 3) for it in range(1, 31)] + [line(it, 90.0) for it in range(31, 51)]
+    for i in range(0, len(lines), 5):
+        await a.on_batch(LogBatch(cluster=cluster, job_id="9", attempt=0, path="/x", offset=i, lines=lines[i:i + 5],
+                                  read_at=T0 + dt.timedelta(seconds=i)))
+    found = await anomalies(bus, cluster, "9")
+    assert [x.kind for x in found] == ["straggler"] and "below the baseline" in found[0].summary
+
+    await a.on_attempt("9", 1, running=True, finished=False)
+    data = await state.progress(cluster, "9")
+    assert data["attempt"] == 1 and data["straggler"] == stragglers.StragglerState().to_dict()
+    await a.on_attempt("9", 1, running=False, finished=True)
+    assert await state.progress(cluster, "9") is None
