@@ -18,6 +18,7 @@ PY=$REPO/.venv/bin/python
 NATS_PORT=$((B + 222)); NATS_MON=$((B + 822)); REDIS_PORT=$((B + 379)); PG_PORT=$((B + 432))
 CTLD_PORT=$((B + 817)); SLURMD_PORT=$((B + 818)); NODE_PORT0=$((B + 900)); API_PORT=$((B + 80))
 HEALTH_DETECTOR=$((B + 91)); HEALTH_DECIDER=$((B + 92)); HEALTH_ACTUATOR=$((B + 93)); HEALTH_PROBE0=$((B + 93))
+HEALTH_WATCHDOG=$((B + 98))
 NODES=(node1 node2 node3 node4)
 
 say() { printf '\033[1m[stack]\033[0m %s\n' "$*"; }
@@ -198,6 +199,8 @@ services_up() {
   start_service decider "http://127.0.0.1:$HEALTH_DECIDER/healthz" "$PY" -m relaunch.decider
   start_service detector "http://127.0.0.1:$HEALTH_DETECTOR/healthz" "$PY" -m relaunch.detector
   start_service actuator "http://127.0.0.1:$HEALTH_ACTUATOR/healthz" "$PY" -m relaunch.actuator
+  RELAUNCH_WATCHDOG_HEALTH_PORT=$HEALTH_WATCHDOG start_service watchdog "http://127.0.0.1:$HEALTH_WATCHDOG/healthz" \
+    "$PY" -m relaunch.actuator.watchdog
   start_service api "http://127.0.0.1:$API_PORT/healthz" "$PY" -m relaunch.api
   local i=0
   for n in "${NODES[@]}"; do
@@ -211,7 +214,7 @@ services_up() {
 }
 
 services_down() {
-  for f in "$RUN"/pids/{actuator,detector,decider,api,gpu-probe-*}.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
+  for f in "$RUN"/pids/{actuator,watchdog,detector,decider,api,gpu-probe-*}.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
   return 0
 }
 

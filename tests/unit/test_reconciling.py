@@ -74,3 +74,21 @@ def test_terminal_outcomes():
 def test_terminate():
     assert plan(advice(operation="terminate"), obs(state="RUNNING"), NOW, 1).step == "cancel"
     assert plan(advice(operation="terminate"), obs(state="FAILED"), NOW, 1).kind == "converged"
+
+
+def test_partition_allowlist():
+    p = plan(advice(), obs(state="FAILED", partition="prod"), NOW, 1, frozenset({"debug"}))
+    assert (p.kind, p.reason) == ("abandoned", "partition not allowed")
+    assert plan(advice(), obs(state="FAILED", partition="debug"), NOW, 1, frozenset({"debug"})).step == "requeuehold"
+    assert plan(advice(), obs(state="FAILED", partition="prod"), NOW, 1).step == "requeuehold"
+
+
+def test_observe_mode_lists_every_step_act_mode_would_take():
+    from relaunch.actuator.domain.reconciling import would_run
+
+    assert would_run(advice(), obs(state="FAILED")) == ["requeuehold", "release", "start_now"]
+    assert would_run(advice(exclude_nodes=["node2"]), obs(state="RUNNING")) == [
+        "requeuehold", "exclude", "release", "start_now"]
+    assert would_run(advice(), obs(state="PENDING", restarts=1, held=True)) == ["release", "start_now"]
+    assert would_run(advice(), obs(state="COMPLETED")) == []
+    assert would_run(advice(operation="terminate"), obs(state="RUNNING")) == ["cancel"]

@@ -135,16 +135,25 @@ async def consume(
     stop: asyncio.Event,
     *,
     batch: int = 16,
+    active: Callable[[], bool] | None = None,
 ) -> None:
-    """Pull from a durable consumer until `stop` is set, mapping outcomes as the module says."""
+    """Pull from a durable consumer until `stop` is set, mapping outcomes as the module says.
+
+    `active`: when given and false (a standby without the lease), nothing is fetched.
+    """
     config = ConsumerConfig(
         durable_name=spec.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
         ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject,
     )
     while not stop.is_set():
         try:
-            sub = await bus.js.pull_subscribe(spec.filter_subject, durable=spec.durable,
-                                              stream=spec.stream.name, config=config)
+            # Create, or update an existing durable whose settings changed in a new release
+            # (ack_wait, max_deliver are editable); then bind to it.
+            try:
+                await bus.js.add_consumer(spec.stream.name, config)
+            except nats.js.errors.BadRequestError as exc:
+                log.warning("%s: keeping the existing consumer's settings: %s", spec.durable, exc)
+            sub = await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
             break
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.APIError) as exc:
             log.warning("%s: cannot bind consumer yet: %s", spec.durable, exc)
@@ -152,6 +161,9 @@ async def consume(
     else:
         return
     while not stop.is_set():
+        if active is not None and not active():
+            await asyncio.sleep(0.2)
+            continue
         try:
             msgs = await sub.fetch(batch, timeout=0.5)
         except (nats.errors.TimeoutError, TimeoutError):

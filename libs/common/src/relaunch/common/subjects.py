@@ -46,6 +46,15 @@ def dlq(service: str) -> str:
     return f"{PREFIX}.dlq.{service}"
 
 
+def control_inject(cluster: str, node: str) -> str:
+    """Plain NATS request/reply to one node's gpu-probe (FaultInjection -> InjectionAck).
+
+    Control subjects lie outside every stream on purpose: a stream capturing them would answer the
+    request itself with a PubAck, and the CLI could no longer tell whether a probe heard it.
+    """
+    return f"{PREFIX}.control.inject.{cluster}.{node}"
+
+
 # Filters (wildcards) used by consumers.
 ALL_SIGNAL_LOG = f"{PREFIX}.signal.log.>"
 ALL_SIGNAL_JOB = f"{PREFIX}.signal.job.>"
@@ -56,6 +65,7 @@ ALL_ADVICE = f"{PREFIX}.advice.>"
 ALL_RECONCILE = f"{PREFIX}.event.reconcile.>"
 ALL_AUDIT = f"{PREFIX}.event.audit.>"
 ALL_EVENTS = f"{PREFIX}.event.>"
+ALL_CONTROL_INJECT = f"{PREFIX}.control.inject.>"
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ DECIDER_RECONCILE = ConsumerSpec("decider-reconcile", EVENTS, ALL_RECONCILE, ack
 DECIDER_AUDIT = ConsumerSpec("decider-audit", EVENTS, ALL_AUDIT, ack_wait_s=30, max_deliver=100)
 # The actuator acks an Advice only at a terminal outcome and naks to look again meanwhile, so
 # redeliveries are unbounded by design; expiry (Advice.expires_at) ends a stuck one instead.
-ACTUATOR_ADVICE = ConsumerSpec("actuator-advice", ADVICE, ALL_ADVICE, ack_wait_s=60, max_deliver=-1)
+# ack_wait is short so that the Advice a killed actuator was handling comes back quickly to the
+# restarted one or to the standby; one pass (one Slurm command, timeout 8 s) fits well inside it.
+ACTUATOR_ADVICE = ConsumerSpec("actuator-advice", ADVICE, ALL_ADVICE, ack_wait_s=10, max_deliver=-1)
 
 MSG_ID_HEADER = "Nats-Msg-Id"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import os
+import socket
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
@@ -11,9 +14,13 @@ from relaunch.common.schemas import Advice
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.settings import CommonSettings, load_settings
 
+from .adapters.coordination import HoldRegistry, Lease
+from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
 from .handlers import Observer, Reconciler, handle_advice
 from .settings import ActuatorSettings
+
+log = logging.getLogger(__name__)
 
 
 async def amain() -> None:
@@ -22,16 +29,27 @@ async def amain() -> None:
     setup_logging("actuator", common.log_level)
     bus = await Bus.connect(common.nats_url, "actuator")
     slurm = Slurm(timeout_s=settings.slurm_timeout_s)
-    observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s)
-    reconciler = Reconciler(bus, slurm, settings.mode)
+    instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"
+    lease = Lease(bus.js, common.cluster, instance, settings.lease_ttl_s, settings.lease_renew_s)
+    limit = ActionRateLimit(common.redis_url, common.cluster, settings.actions_per_minute, settings.actions_burst)
+    observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader)
+    reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions))
+    log.info("actuator %s starting in %s mode (partitions: %s)", instance, settings.mode,
+             ", ".join(settings.partitions) or "all")
 
     def tasks(stop: asyncio.Event):
         return [
+            lease.run(stop),
             observer.run(stop),
-            consume(bus, subjects.ACTUATOR_ADVICE, Advice, functools.partial(handle_advice, reconciler), stop),
+            consume(bus, subjects.ACTUATOR_ADVICE, Advice, functools.partial(handle_advice, reconciler), stop,
+                    active=lambda: lease.is_leader),
         ]
 
-    await run_service("actuator", settings.health_port, {"nats": lambda: bus.connected}, tasks, bus.close)
+    async def on_stop() -> None:
+        await bus.close()
+        await limit.close()
+
+    await run_service("actuator", settings.health_port, {"nats": lambda: bus.connected}, tasks, on_stop)
 
 
 def main() -> None:

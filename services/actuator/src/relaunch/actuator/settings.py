@@ -14,7 +14,20 @@ class ActuatorSettings(ServiceSettings):
 
     poll_interval_s: float = 1.0
     """How often the observer runs `squeue --json`."""
-    slurm_timeout_s: float = 15.0
+    slurm_timeout_s: float = 8.0
     """Timeout of one Slurm command; past it the step is retried later."""
     mode: Literal["act", "observe"] = "act"
     """act: run Slurm commands; observe: record what would be run and touch nothing."""
+    partitions: list[str] = []
+    """Partition allowlist as a JSON list; empty: every partition. Advice for a job elsewhere is
+    abandoned with reason "partition not allowed"."""
+    actions_per_minute: float = 60.0
+    """Cluster-wide rate of disruptive actions (requeue, cancel), shared by every actuator (Redis)."""
+    actions_burst: int = 20
+    """How many disruptive actions may happen at once before the rate applies."""
+    lease_ttl_s: float = 6.0
+    """The leader lease's lifetime; a standby takes over within lease_ttl_s + lease_renew_s."""
+    lease_renew_s: float = 2.0
+    """How often the leader renews its lease and a standby tries to take it."""
+    instance: str = ""
+    """This actuator's name in the lease (default: host name and process id)."""

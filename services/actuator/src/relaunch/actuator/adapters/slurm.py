@@ -86,17 +86,17 @@ class Slurm:
         fields = await self.show_job(job_id)
         return Observed.gone() if fields is None else observed_from_scontrol(fields)
 
-    async def requeuehold(self, job_id: str) -> None:
-        await self._run(["scontrol", "requeuehold", job_id])
+    @staticmethod
+    def argv(step: str, job_id: str, nodes: list[str] | None = None) -> list[str]:
+        """The command one reconcile step runs (also what observe mode records)."""
+        commands = {
+            "requeuehold": ["scontrol", "requeuehold", job_id],
+            "release": ["scontrol", "release", job_id],
+            "start_now": ["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
+            "exclude": ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes or [])}"],
+            "cancel": ["scancel", job_id],
+        }
+        return commands[step]
 
-    async def release(self, job_id: str) -> None:
-        await self._run(["scontrol", "release", job_id])
-
-    async def start_now(self, job_id: str) -> None:
-        await self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
-
-    async def exclude(self, job_id: str, nodes: list[str]) -> None:
-        await self._run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"])
-
-    async def cancel(self, job_id: str) -> None:
-        await self._run(["scancel", job_id])
+    async def run_step(self, step: str, job_id: str, nodes: list[str] | None = None) -> None:
+        await self._run(self.argv(step, job_id, nodes))

@@ -67,6 +67,7 @@ class Observed:
     excluded: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     requeue_allowed: bool = True
+    partition: str = ""
 
     @classmethod
     def gone(cls) -> Observed:
@@ -88,6 +89,7 @@ def observed_from_scontrol(fields: dict[str, str]) -> Observed:
         excluded=tuple(expand(exc)) if exc not in ("(null)", "") else (),
         nodes=tuple(expand(nodes)) if nodes not in ("(null)", "") else (),
         requeue_allowed=fields.get("Requeue", "1") == "1",
+        partition=fields.get("Partition", ""),
     )
 
 

@@ -36,6 +36,8 @@ JOB_GONE = "job gone"
 SCHEDULER_REJECTED = "scheduler rejected"
 STEP_TAKEN = "step taken"
 WAITING = "waiting"
+PARTITION_NOT_ALLOWED = "partition not allowed"
+OBSERVE_MODE = "observe mode"
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,18 @@ class Plan:
     delay: float = 0.0
 
 
-def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int) -> Plan:
+def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
+         partitions: frozenset[str] = frozenset()) -> Plan:
+    """`partitions`: the allowlist (empty: every partition)."""
     if newest_generation > advice.generation:
         return Plan("abandoned", SUPERSEDED, f"generation {newest_generation} exists")
     if now > advice.expires_at:
         return Plan("abandoned", EXPIRED, f"expired at {advice.expires_at.isoformat()}")
     if not observed.exists:
         return Plan("abandoned", JOB_GONE, "the scheduler no longer knows the job")
+    if partitions and observed.partition not in partitions:
+        return Plan("abandoned", PARTITION_NOT_ALLOWED,
+                    f"partition {observed.partition!r} is not in the actuator's allowlist {sorted(partitions)}")
     if advice.operation == "terminate":
         return _plan_terminate(observed)
     return _plan_restart(advice, observed, now)
@@ -95,3 +102,28 @@ def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime) -> Plan:
         return Plan("converged", DESIRED_STATE_OBSERVED,
                     f"successor (restart {observed.restarts}) is pending, unheld and eligible now")
     return Plan("converged", DESIRED_STATE_OBSERVED, f"successor (restart {observed.restarts}) is {state}")
+
+
+def would_run(advice: Advice, observed: Observed) -> list[Step]:
+    """Observe mode: every step a restart or terminate would take from the state seen now, in order.
+
+    Nothing changes on the cluster, so the later steps are what act mode would do once each earlier
+    one had taken effect (requeuehold -> exclude -> release -> start_now).
+    """
+    if advice.operation == "terminate":
+        done = observed.state in FAILED_STATES or observed.state in ("COMPLETED", "CANCELLED")
+        return [] if done else ["cancel"]
+    steps: list[Step] = []
+    if observed.restarts <= advice.attempt:
+        if observed.state in ("COMPLETED", "CANCELLED") or not observed.requeue_allowed:
+            return []
+        steps.append("requeuehold")
+        held, excluded = True, ()
+    else:
+        held, excluded = observed.held, observed.excluded
+    if set(advice.exclude_nodes) - set(excluded):
+        steps.append("exclude")
+    if held:
+        steps.append("release")
+    steps.append("start_now")
+    return steps

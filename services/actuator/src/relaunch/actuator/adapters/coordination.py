@@ -1,0 +1,153 @@
+"""Coordination in NATS KV: the actuator leader lease, and the registry of jobs relaunch holds.
+
+Lease (bucket `relaunch-leases`, entries expire after `ttl_s`): key `actuator.<cluster>` holds the
+leader's instance id. The leader renews it every `renew_s` with a compare-and-set on the revision it
+owns; a standby tries to create it every `renew_s`. When the leader dies its entry expires, so a
+standby takes over within ttl_s + renew_s (6 + 2 s by default). Losing a renewal means losing
+leadership at once. A short overlap of two leaders is harmless: every reconcile step re-checks
+Slurm's state first, and a requeue needs the restart counter to still equal the failed attempt's.
+
+Holds (bucket `relaunch-holds`, no expiry): key `<cluster>.<job>` is written BEFORE the actuator
+runs `scontrol requeuehold`, touched on every reconcile pass, and deleted at a terminal outcome.
+The watchdog releases only jobs in this registry, and only when their entry went stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+
+LEASE_BUCKET = "relaunch-leases"
+HOLDS_BUCKET = "relaunch-holds"
+
+
+async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    try:
+        return await js.key_value(config.bucket)
+    except nats.js.errors.BucketNotFoundError:
+        try:
+            return await js.create_key_value(config)
+        except nats.js.errors.BadRequestError:  # created meanwhile by another process
+            return await js.key_value(config.bucket)
+
+
+class Lease:
+    def __init__(self, js: JetStreamContext, cluster: str, instance: str, ttl_s: float = 6.0,
+                 renew_s: float = 2.0) -> None:
+        self.js, self.key, self.instance = js, f"actuator.{cluster}", instance
+        self.ttl_s, self.renew_s = ttl_s, renew_s
+        self._revision: int | None = None
+        self._kv: KeyValue | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._revision is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._kv = await _bucket(self.js, KeyValueConfig(bucket=LEASE_BUCKET, ttl=self.ttl_s, history=1,
+                                                         storage=StorageType.FILE))
+        while not stop.is_set():
+            await self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.renew_s)
+            except TimeoutError:
+                pass
+        if self.is_leader:  # step down at once so a standby need not wait for the TTL
+            try:
+                await self._kv.delete(self.key, last=self._revision)
+            except Exception:
+                pass
+            self._revision = None
+
+    async def tick(self) -> None:
+        assert self._kv is not None
+        value = self.instance.encode()
+        try:
+            if self._revision is not None:
+                self._revision = await self._kv.update(self.key, value, last=self._revision)
+            else:
+                self._revision = await self._kv.create(self.key, value)
+                log.info("actuator %s is now the leader for %s", self.instance, self.key)
+        except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError) as exc:
+            if self._revision is not None:
+                log.warning("actuator %s lost the lease %s: %s", self.instance, self.key, exc)
+            self._revision = None
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, TimeoutError) as exc:
+            log.warning("lease %s: NATS unavailable (%s); acting as standby", self.key, exc)
+            self._revision = None
+
+
+@dataclass(frozen=True)
+class Hold:
+    cluster: str
+    job_id: str
+    generation: int
+    attempt: int
+    touched_at: float
+
+
+class HoldRegistry:
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+        self._kv: KeyValue | None = None
+
+    async def kv(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await _bucket(self.js, KeyValueConfig(bucket=HOLDS_BUCKET, history=1,
+                                                             storage=StorageType.FILE))
+        return self._kv
+
+    async def record(self, cluster: str, job_id: str, generation: int, attempt: int) -> None:
+        hold = {"generation": generation, "attempt": attempt, "touched_at": time.time()}
+        await (await self.kv()).put(f"{cluster}.{job_id}", json.dumps(hold).encode())
+
+    async def touch(self, cluster: str, job_id: str) -> None:
+        kv = await self.kv()
+        try:
+            entry = await kv.get(f"{cluster}.{job_id}")
+        except nats.js.errors.KeyNotFoundError:
+            return
+        hold = json.loads(entry.value or b"{}")
+        hold["touched_at"] = time.time()
+        try:
+            await kv.update(f"{cluster}.{job_id}", json.dumps(hold).encode(), last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # the watchdog or another pass changed it meanwhile: next pass touches again
+
+    async def forget(self, cluster: str, job_id: str) -> None:
+        try:
+            await (await self.kv()).purge(f"{cluster}.{job_id}")
+        except nats.js.errors.KeyNotFoundError:
+            pass
+
+    async def all(self) -> list[Hold]:
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        holds = []
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                continue
+            try:
+                data = json.loads(entry.value or b"{}")
+                cluster, job_id = key.split(".", 1)
+                holds.append(Hold(cluster, job_id, int(data["generation"]), int(data["attempt"]),
+                                  float(data["touched_at"])))
+            except (ValueError, KeyError):
+                log.warning("hold registry: ignoring malformed entry %s", key)
+        return holds

@@ -1,0 +1,104 @@
+"""The fail-open watchdog: a separate process that releases jobs relaunch put on hold when no live
+actuator has advanced their Advice for `bound_s`, so an outage of relaunch never strands a job.
+
+It only ever touches jobs in the hold registry (written by the actuator before each requeuehold),
+and only while Slurm still shows them held after a requeue (restart counter past the attempt the
+Advice was about). It has its own observe/act modes. Run: python -m relaunch.actuator.watchdog
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Literal
+
+from pydantic_settings import SettingsConfigDict
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, utcnow
+from relaunch.common.errors import PermanentError, TemporaryError
+from relaunch.common.schemas import AuditEntry
+from relaunch.common.service import run_service, setup_logging
+from relaunch.common.settings import CommonSettings, ServiceSettings, load_settings
+
+from .adapters.coordination import Hold, HoldRegistry
+from .adapters.slurm import Slurm
+
+log = logging.getLogger(__name__)
+
+
+class WatchdogSettings(ServiceSettings):
+    """RELAUNCH_WATCHDOG_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAUNCH_WATCHDOG_", extra="forbid", frozen=True)
+
+    mode: Literal["act", "observe"] = "act"
+    """act: release stranded jobs; observe: record what it would release."""
+    bound_s: float = 60.0
+    """A held job whose Advice no actuator touched for this long is released."""
+    interval_s: float = 5.0
+    """How often the hold registry is checked."""
+
+
+class Watchdog:
+    def __init__(self, bus: Bus, slurm: Slurm, holds: HoldRegistry, mode: str, bound_s: float) -> None:
+        self.bus, self.slurm, self.holds, self.mode, self.bound_s = bus, slurm, holds, mode, bound_s
+
+    async def run(self, stop: asyncio.Event, interval_s: float) -> None:
+        while not stop.is_set():
+            try:
+                await self.sweep(time.time())
+            except (TemporaryError, PermanentError) as exc:
+                log.warning("watchdog: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                pass
+
+    async def sweep(self, now: float) -> list[str]:
+        """Release (or, in observe mode, report) every stale hold; returns the job ids acted on."""
+        acted = []
+        for hold in await self.holds.all():
+            if now - hold.touched_at < self.bound_s:
+                continue
+            observed = await self.slurm.observe(hold.job_id)
+            if not (observed.exists and observed.held and observed.restarts > hold.attempt):
+                await self.holds.forget(hold.cluster, hold.job_id)  # no longer ours to release
+                continue
+            stale = f"no actuator advanced advice generation {hold.generation} for {now - hold.touched_at:.0f} s"
+            if self.mode == "observe":
+                await self._audit(hold, "would release", f"observe mode: {stale}")
+            else:
+                await self.slurm.run_step("release", hold.job_id)
+                await self.slurm.run_step("start_now", hold.job_id)  # it is PENDING: effective at once
+                await self._audit(hold, "released", f"{stale}; released the held job so it can run")
+                await self.holds.forget(hold.cluster, hold.job_id)
+                log.warning("watchdog released job %s/%s: %s", hold.cluster, hold.job_id, stale)
+            acted.append(hold.job_id)
+        return acted
+
+    async def _audit(self, hold: Hold, action: str, detail: str) -> None:
+        key = f"watchdog.{hold.cluster}.{hold.job_id}.{hold.generation}.{action.replace(' ', '_')}"
+        entry = AuditEntry(cluster=hold.cluster, job_id=hold.job_id, service="watchdog", action=action,
+                           detail=detail, idempotency_key=key, at=utcnow())
+        await self.bus.publish(subjects.event_audit(hold.cluster, hold.job_id), entry, msg_id=key)
+
+
+async def amain() -> None:
+    common = load_settings(CommonSettings)
+    settings = load_settings(WatchdogSettings)
+    setup_logging("watchdog", common.log_level)
+    bus = await Bus.connect(common.nats_url, "watchdog")
+    watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
+    log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)
+    await run_service("watchdog", settings.health_port, {"nats": lambda: bus.connected},
+                      lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close)
+
+
+def main() -> None:
+    asyncio.run(amain())
+
+
+if __name__ == "__main__":
+    main()
