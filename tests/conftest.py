@@ -17,7 +17,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / ".run" / "test"
-STACK_ENV = {"RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": "24000", "RELAUNCH_CLUSTER": "reltest"}
+STACK_ENV = {
+    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": "24000", "RELAUNCH_CLUSTER": "reltest",
+    # Longer than a restarted actuator's wait for the old lease (<= 8 s), so that the watchdog only
+    # steps in when every actuator is really gone; short enough for a test.
+    "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1",
+}
 
 
 def _stack(*args: str) -> None:

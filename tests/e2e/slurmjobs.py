@@ -46,3 +46,25 @@ def ledger(job_id: str) -> dict:
                          text=True)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def stack(env: dict, *args: str) -> None:
+    """scripts/stack.sh against the test stack (e.g. services-up starts whatever is not running)."""
+    keep = {k: env[k] for k in ("RELAUNCH_RUN_DIR", "RELAUNCH_PORT_BASE", "RELAUNCH_CLUSTER")}
+    subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], check=True, timeout=120,
+                   env={**os.environ, **keep, "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1"})
+
+
+def kill9(env: dict, service: str) -> None:
+    """SIGKILL a service of the test stack, as a crash would (no clean-up, no lease step-down)."""
+    pid_file = Path(env["RELAUNCH_RUN_DIR"]) / "pids" / f"{service}.pid"
+    pid = int(pid_file.read_text())
+    os.kill(pid, 9)
+    for _ in range(100):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                if any(line.startswith("State:") and "Z" in line for line in fh):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
