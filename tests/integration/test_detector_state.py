@@ -9,8 +9,10 @@ from relaunch.common.bus import Bus, Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch
 from relaunch.detector.adapters.hotstate import HotState
+from relaunch.detector.domain import hangs, stragglers
 from relaunch.detector.domain.signatures import builtin_catalogue
 from relaunch.detector.handlers import Detector, Follower
+from relaunch.detector.tracking import ProgressTracker
 
 pytestmark = pytest.mark.integration
 DELIVERY = Delivery("s", 1, 1)
@@ -34,7 +36,8 @@ async def parts(test_stack, unique):
     state = HotState(test_stack["RELAUNCH_REDIS_URL"])
     cluster = f"c{unique}"
     follower = Follower(bus, state, cluster, 0.1, batch_bytes=64)
-    detector = Detector(bus, state, follower, builtin_catalogue(), grace_s=0.5)
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    detector = Detector(bus, state, follower, builtin_catalogue(), grace_s=0.5, tracker=tracker)
     yield cluster, bus, state, follower, detector
     await bus.close()
     await state.close()
