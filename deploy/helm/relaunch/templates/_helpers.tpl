@@ -1,0 +1,292 @@
+{{/* Names ---------------------------------------------------------------------------------- */}}
+
+{{- define "relaunch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "relaunch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Object name of one component: (dict "ctx" $ "component" "detector") */}}
+{{- define "relaunch.componentName" -}}
+{{- printf "%s-%s" (include "relaunch.fullname" .ctx | trunc 50 | trimSuffix "-") .component }}
+{{- end }}
+
+{{- define "relaunch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "relaunch.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Labels --------------------------------------------------------------------------------- */}}
+
+{{- define "relaunch.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "relaunch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: relaunch
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* (dict "ctx" $ "component" "detector") */}}
+{{- define "relaunch.componentLabels" -}}
+{{ include "relaunch.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "relaunch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "relaunch.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Image ---------------------------------------------------------------------------------- */}}
+
+{{- define "relaunch.image" -}}
+image: {{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- end }}
+
+{{/* Connections ------------------------------------------------------------------------------ */}}
+
+{{/* The Service name the NATS chart gives its server (its nats.fullname, from our values). */}}
+{{- define "relaunch.natsServiceName" -}}
+{{- if .Values.nats.fullnameOverride }}
+{{- .Values.nats.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default "nats" .Values.nats.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Secret the chart writes the URLs given as values into. */}}
+{{- define "relaunch.urlSecretName" -}}
+{{- printf "%s-urls" (include "relaunch.fullname" .) }}
+{{- end }}
+
+{{/* One EnvVar for a URL: (dict "ctx" $ "env" "RELAUNCH_REDIS_URL" "conf" .Values.redis "key" "redis-url" "what" "redis") */}}
+{{- define "relaunch.urlEnv" -}}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+{{- if .conf.existingSecret.name }}
+      name: {{ .conf.existingSecret.name }}
+      key: {{ .conf.existingSecret.key }}
+{{- else if .conf.url }}
+      name: {{ include "relaunch.urlSecretName" .ctx }}
+      key: {{ .key }}
+{{- else }}
+{{- fail (printf "set %s.url or %s.existingSecret.name" .what .what) }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.natsEnv" -}}
+{{- if .Values.nats.enabled }}
+- name: RELAUNCH_NATS_URL
+  value: {{ printf "nats://%s.%s.svc:4222" (include "relaunch.natsServiceName" .) .Release.Namespace | quote }}
+{{- else }}
+{{ include "relaunch.urlEnv" (dict "ctx" . "env" "RELAUNCH_NATS_URL" "conf" .Values.externalNats "key" "nats-url" "what" "externalNats") | trim }}
+{{- end }}
+{{- end }}
+
+{{/* Environment every service gets: cluster, log level, NATS. */}}
+{{- define "relaunch.commonEnv" -}}
+- name: RELAUNCH_CLUSTER
+  value: {{ .Values.cluster | quote }}
+- name: RELAUNCH_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: PYTHONUNBUFFERED
+  value: "1"
+{{ include "relaunch.natsEnv" . | trim }}
+{{- end }}
+
+{{/* A service's own settings map as RELAUNCH_<PREFIX>_<NAME>: (dict "prefix" "DETECTOR" "settings" .Values.detector.settings) */}}
+{{- define "relaunch.settingsEnv" -}}
+{{- range $name, $value := .settings }}
+- name: {{ printf "RELAUNCH_%s_%s" $.prefix ($name | upper) }}
+  value: {{ if or (kindIs "slice" $value) (kindIs "map" $value) }}{{ toJson $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Pods and containers ------------------------------------------------------------------------ */}}
+
+{{/* Pod-level fields every relaunch pod shares: (dict "ctx" $ "values" .Values.detector "securityContext" ...) */}}
+{{- define "relaunch.podCommon" -}}
+serviceAccountName: {{ include "relaunch.serviceAccountName" .ctx }}
+automountServiceAccountToken: false
+# Off on purpose: Kubernetes would otherwise inject RELAUNCH_API_PORT=tcp://... and
+# RELAUNCH_<SERVICE>_SERVICE_HOST for this release's Services, which collide with the services'
+# settings (they refuse unknown RELAUNCH_<SERVICE>_* keys).
+enableServiceLinks: false
+securityContext:
+  {{- toYaml (.securityContext | default .ctx.Values.podSecurityContext) | nindent 2 }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.containerSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.containerSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/* Probes on /healthz of a service whose health endpoint listens on the pod's 127.0.0.1: the
+check runs inside the container. urlopen raises on 503, so an unhealthy service fails it. */}}
+{{- define "relaunch.execProbes" -}}
+{{- $cmd := list "python" "-c" (printf "import urllib.request; urllib.request.urlopen('http://127.0.0.1:%d/healthz', timeout=4)" (int .port)) }}
+readinessProbe:
+  exec:
+    command: {{ toJson $cmd }}
+  {{- toYaml .ctx.Values.probes.readiness | nindent 2 }}
+livenessProbe:
+  exec:
+    command: {{ toJson $cmd }}
+  {{- toYaml .ctx.Values.probes.liveness | nindent 2 }}
+{{- end }}
+
+{{- define "relaunch.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
+{{- define "relaunch.tmpMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{/* Slurm access (actuator and watchdog) ----------------------------------------------------- */}}
+
+{{- define "relaunch.slurmConfigMapName" -}}
+{{- if .Values.actuator.slurm.conf }}
+{{- printf "%s-slurm" (include "relaunch.fullname" .) }}
+{{- else if .Values.actuator.slurm.existingConfigMap }}
+{{- .Values.actuator.slurm.existingConfigMap }}
+{{- else }}
+{{- fail "the actuator needs the cluster's slurm.conf: set actuator.slurm.conf or actuator.slurm.existingConfigMap" }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.slurmEnv" -}}
+- name: SLURM_CONF
+  value: {{ printf "%s/slurm.conf" (trimSuffix "/" .Values.actuator.slurm.mountPath) | quote }}
+{{- end }}
+
+{{- define "relaunch.slurmVolumes" -}}
+- name: slurm-conf
+  configMap:
+    name: {{ include "relaunch.slurmConfigMapName" . }}
+{{- if .Values.actuator.slurm.munge.enabled }}
+- name: munge-socket
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+- name: munge-key-secret
+  secret:
+    secretName: {{ required "actuator.slurm.munge.keySecret: name the Secret holding the cluster's munge key (or disable actuator.slurm.munge)" .Values.actuator.slurm.munge.keySecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.actuator.slurm.munge.keySecretKey }}
+        path: munge.key
+- name: munge-key
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.slurmMounts" -}}
+- name: slurm-conf
+  mountPath: {{ .Values.actuator.slurm.mountPath }}
+  readOnly: true
+{{- if .Values.actuator.slurm.munge.enabled }}
+- name: munge-socket
+  mountPath: /run/munge
+{{- end }}
+{{- end }}
+
+{{/* munged as a native sidecar. munged insists that its key is a regular file owned by its own
+uid and unreadable by others, which a Secret volume (a symlink, root-owned) is not: the first init
+container copies it. Its directories are emptyDirs (world-writable, no sticky bit), which munged
+also calls insecure: --force turns those refusals into warnings. */}}
+{{- define "relaunch.mungeInitContainers" -}}
+{{- if .Values.actuator.slurm.munge.enabled }}
+- name: munge-key
+  {{- include "relaunch.image" . | nindent 2 }}
+  command: ["sh", "-c", "install -m 0400 /run/munge-key-secret/munge.key /run/munge-key/munge.key"]
+  {{- include "relaunch.containerSecurityContext" . | nindent 2 }}
+  resources:
+    {{- toYaml .Values.actuator.slurm.munge.resources | nindent 4 }}
+  volumeMounts:
+    - name: munge-key-secret
+      mountPath: /run/munge-key-secret
+      readOnly: true
+    - name: munge-key
+      mountPath: /run/munge-key
+- name: munged
+  {{- include "relaunch.image" . | nindent 2 }}
+  restartPolicy: Always
+  command:
+    - munged
+    - --foreground
+    - --force
+    - --key-file=/run/munge-key/munge.key
+    - --socket=/run/munge/munge.socket.2
+    - --pid-file=/run/munge/munged.pid
+    - --seed-file=/run/munge/munged.seed
+  {{- include "relaunch.containerSecurityContext" . | nindent 2 }}
+  resources:
+    {{- toYaml .Values.actuator.slurm.munge.resources | nindent 4 }}
+  startupProbe:
+    exec:
+      command: ["sh", "-c", "munge -n -S /run/munge/munge.socket.2 >/dev/null"]
+    periodSeconds: 1
+    failureThreshold: 30
+  volumeMounts:
+    - name: munge-key
+      mountPath: /run/munge-key
+      readOnly: true
+    - name: munge-socket
+      mountPath: /run/munge
+{{- end }}
+{{- end }}
