@@ -4,10 +4,10 @@ import time
 import pytest
 
 from relaunch.common.schemas import JobObserved, LogBatch
+from relaunch.detector.domain.classifying import classify
 from relaunch.detector.domain.detection import crash_from_log, crash_from_scheduler
-from relaunch.detector.domain.signatures import (
-    CatalogueError, builtin_catalogue, parse_catalogue, root_cause, scan,
-)
+from relaunch.detector.domain.scanning import scanner_for
+from relaunch.detector.domain.signatures import CatalogueError, builtin_catalogue, parse_catalogue
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 CAT = builtin_catalogue()
@@ -41,7 +41,7 @@ def test_nccl_watchdog_timeout_is_a_cascade_symptom():
 
 def test_initiating_error_wins_over_an_earlier_cascade_line():
     lines = ["[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(...)", "Segmentation fault"]
-    assert root_cause(scan(lines, CAT)).signature.id == "segfault"
+    assert classify(scanner_for(CAT).scan(lines)).signature_id == "segfault"
 
 
 def test_healthy_lines_give_nothing():
@@ -72,10 +72,28 @@ def test_scheduler_fallback_when_no_line_explains():
 def test_catalogue_validation_names_the_problem():
     good = '[[signature]]\nid="x"\npattern="boom"\ncategory="c"\nfault_domain="unknown"\naction="restart"\n' \
            'cascade=false\nsummary="s"\n'
-    assert parse_catalogue(good, "ops.toml")[0].id == "x"
+    assert parse_catalogue(good, "ops.toml").signatures[0].id == "x"
     with pytest.raises(CatalogueError, match="fault_domain"):
         parse_catalogue(good.replace('"unknown"', '"cosmic"'), "ops.toml")
     with pytest.raises(CatalogueError, match="bad pattern"):
         parse_catalogue(good.replace('"boom"', '"(unclosed"'), "ops.toml")
     with pytest.raises(CatalogueError, match="missing"):
         parse_catalogue(good.replace('summary="s"\n', ""), "ops.toml")
+
+
+def test_culprit_nodes_narrow_the_job_nodes_and_unknown_names_are_dropped():
+    lines = ["kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer "
+             "10.0.35.1<49189> with error 4, opcode 5327, len 5327, vendor err 81 (Send)"]
+    anomaly, _ = crash_from_log(batch(lines), CAT, ["kolyoz1", "kolyoz2"], NOW)
+    assert anomaly.nodes == ["kolyoz2"]
+    anomaly, _ = crash_from_log(batch(lines), CAT, ["other1", "other2"], NOW)
+    assert anomaly.nodes == ["other1", "other2"]  # a name outside the job is never excluded
+
+
+def test_evidence_offsets_and_ranks_cover_every_rank_of_the_incident():
+    lines = ["step 1", "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+             "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    anomaly, cascade = crash_from_log(batch(lines), CAT, [], NOW)
+    assert anomaly.category == "cuda_oom" and anomaly.action == "stop" and not cascade
+    assert anomaly.ranks == [3, 5]
+    assert [e.offset for e in anomaly.evidence] == [100 + 7, 100 + 7 + len(lines[1]) + 1]

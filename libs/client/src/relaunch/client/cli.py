@@ -145,6 +145,89 @@ def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject fil
         raise typer.Exit(EXIT_UNREACHABLE) from exc
 
 
+@app.command("classify")
+def classify(files: list[str] = typer.Argument(..., help="Log files to classify; - reads standard input."),
+             as_json: bool = typer.Option(False, "--json", help="One JSON object per file per line."),
+             signatures: list[Path] = typer.Option([], "--signatures", help="An operator signature file "
+                                                   "(TOML, tried before the built-in ones); repeatable.")) -> None:
+    """Say what went wrong in training logs, offline (no server): the root cause, its fault domain and
+    what relaunch would do. Exit 2 when a file cannot be read."""
+    try:  # the detector is optional for the client: only this command needs it
+        from relaunch.detector.domain.signatures import CatalogueError
+        from relaunch.detector.offline import classify_stream, load_scanner
+    except ImportError as exc:
+        err.print(f"[red]relaunch classify needs the detector package[/red] (relaunch-detector: "
+                  f"pip install -e services/detector): {escape(str(exc))}")
+        raise typer.Exit(EXIT_USAGE) from exc
+    try:
+        scanner = load_scanner([str(path) for path in signatures])
+    except (CatalogueError, OSError) as exc:
+        err.print(f"[red]cannot load signatures[/red]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    unreadable = []
+    for name in files:
+        try:
+            if name == "-":
+                found = classify_stream(_stdin_bytes(), scanner)
+            else:
+                with open(name, "rb") as stream:
+                    found = classify_stream(stream, scanner)
+        except OSError as exc:
+            unreadable.append(name)
+            err.print(f"[red]cannot read {escape(name)}[/red]: {escape(exc.strerror or str(exc))}", soft_wrap=True)
+            continue
+        if as_json:
+            print(json.dumps({"file": name, "anomaly": _anomaly_json(found)}), flush=True)
+        else:
+            _print_classification(name, found)
+    if unreadable:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _stdin_bytes():
+    return getattr(sys.stdin, "buffer", None) or _TextAsBytes(sys.stdin)
+
+
+class _TextAsBytes:
+    """Standard input that is text only (an embedding host, a test runner): read it as UTF-8 bytes."""
+
+    def __init__(self, text_stream) -> None:
+        self.text_stream = text_stream
+
+    def read(self, size: int = -1) -> bytes:
+        return self.text_stream.read(size).encode("utf-8", "replace")
+
+
+def _anomaly_json(found) -> dict | None:
+    if found is None:
+        return None
+    return {"kind": "crash", "signature": found.signature_id, "category": found.category,
+            "fault_domain": found.fault_domain, "action": found.action, "nodes": list(found.nodes),
+            "ranks": list(found.ranks), "evidence": [e.text for e in found.evidence]}
+
+
+def _print_classification(name: str, found) -> None:
+    """Log text is untrusted: everything taken from it is escaped for rich's markup."""
+    if found is None:
+        console.print(f"[bold]{escape(name)}[/bold]: [green]no failure found[/green]", soft_wrap=True)
+        return
+    console.print(f"[bold]{escape(name)}[/bold]: [red]{escape(found.category)}[/red] — {escape(found.summary)}",
+                  soft_wrap=True)
+    console.print(f"  fault domain {found.fault_domain}, action {found.action}, signature {found.signature_id}"
+                  f"{' (only a symptom: nothing better explains it)' if found.cascade else ''}", soft_wrap=True)
+    where = []
+    if found.nodes:
+        where.append("nodes " + ", ".join(found.nodes))
+    if found.ranks:
+        shown = ", ".join(map(str, found.ranks[:16])) + (" …" if len(found.ranks) > 16 else "")
+        where.append(f"ranks {shown}")
+    if where:
+        console.print("  " + escape("; ".join(where)), soft_wrap=True)
+    for evidence in found.evidence:
+        text = evidence.text if len(evidence.text) <= 200 else evidence.text[:200] + "…"
+        console.print(f"  [dim]line {evidence.index + 1}:[/dim] {escape(text)}", soft_wrap=True, highlight=False)
+
+
 @app.command("demo")
 def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The job to submit."),
          timeout: float = typer.Option(60.0, help="Give up after this many seconds.")) -> None:

@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
@@ -117,6 +117,7 @@ class AnomalyDetected(Message):
     action: Action
     summary: str
     nodes: list[Name] = []
+    ranks: list[int] = Field(default=[], description="global ranks the evidence names (additive in v1)")
     evidence: list[EvidenceLine] = []
     detected_at: dt.datetime
 
@@ -173,11 +174,59 @@ class AuditEntry(Message):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+XidClass = Literal["hardware", "application", "remap", "unknown"]
+Verdict = Literal["healthy", "degraded", "failed"]
+ThrottleReason = Literal["hw_slowdown", "hw_thermal", "sw_thermal", "power_brake"]
+InjectableFault = Literal["xid", "ecc", "nvlink", "throttle", "gpu-lost", "clear"]
+
+
 class GpuReading(Message):
+    """One GPU as gpu-probe read it. Every field after `ecc_uncorrected` is additive in v1: None means
+    NVML could not say (unsupported on this GPU, or an NVML error), and `notes` then says why."""
+
     index: int = Field(ge=0)
     temperature_c: float | None = None
-    xids: list[int] = []
-    ecc_uncorrected: int = 0
+    xids: list[int] = Field(default=[], description="XID codes seen on this GPU within the probe's XID window")
+    ecc_uncorrected: int = Field(0, description="volatile uncorrected ECC errors (since the driver loaded)")
+    uuid: str | None = None
+    name: str | None = None
+    lost: bool = Field(False, description="NVML answers 'GPU is lost' for it (fell off the bus)")
+    ecc_corrected: int | None = Field(None, description="volatile corrected ECC errors")
+    ecc_corrected_aggregate: int | None = Field(None, description="corrected ECC errors over the GPU's lifetime")
+    ecc_uncorrected_aggregate: int | None = Field(None, description="uncorrected ECC errors over the GPU's lifetime")
+    retired_pages_sbe: int | None = Field(None, description="pages retired for repeated single-bit errors")
+    retired_pages_dbe: int | None = Field(None, description="pages retired for double-bit errors")
+    retired_pages_pending: bool | None = Field(None, description="a page waits for a GPU reset to be retired")
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = Field(None, description="a row waits for a GPU reset to be remapped")
+    remap_failure: bool | None = Field(None, description="a row could not be remapped (no spare rows left)")
+    nvlink_crc_errors: int | None = Field(None, description="NVLink CRC errors since the previous sample (delta)")
+    nvlink_replay_errors: int | None = Field(None, description="NVLink replay errors since the previous sample")
+    nvlink_recovery_errors: int | None = Field(None, description="NVLink recovery errors since the previous sample")
+    throttle_reasons: list[ThrottleReason] = Field(default=[], description="fault-like clock slowdowns now active")
+    power_w: float | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    notes: list[str] = Field(default=[], description="fields NVML could not read on this GPU, and why")
+
+
+class XidRecord(Message):
+    """The XIDs of one code on one GPU within the probe's XID window, with their class (what attribution reads)."""
+
+    gpu: int = Field(ge=0)
+    code: int = Field(ge=0)
+    xid_class: XidClass
+    description: str = ""
+    count: int = Field(ge=1)
+    first_at: dt.datetime
+    last_at: dt.datetime
 
 
 class NodeHealth(Message):
@@ -189,6 +238,57 @@ class NodeHealth(Message):
     verdict: Literal["healthy", "degraded", "failed"]
     reasons: list[str] = []
     gpus: list[GpuReading] = []
+    backend: Literal["nvml", "fake"]
+    at: dt.datetime
+    # Additive in v1:
+    xids: list[XidRecord] = Field(default=[], description="XIDs within the probe's window, per GPU and code")
+    gpu_count: int | None = Field(None, description="GPUs that answered NVML in this sample")
+    expected_gpus: int | None = Field(None, description="GPUs the node should have")
+    notes: list[str] = Field(default=[], description="node-level observations that did not change the verdict")
+    trigger: Literal["interval", "xid", "inject", "start"] = Field(
+        "interval", description="why this sample was published: the interval (a heartbeat), an XID, or an injection")
+    interval_s: float | None = Field(
+        None, description="the probe's heartbeat period: no NodeHealth for a few of these means the probe or node "
+                          "is down")
+    seq: int | None = Field(None, ge=0, description="publication counter of this probe process")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class FaultInjection(Message):
+    """A request to the fake GPU backend of one node's probe to report a fault (`relaunch inject`).
+
+    Sent as a plain NATS request on `subjects.control_inject`; the probe answers with InjectionAck.
+    """
+
+    schema_: Literal["relaunch.fault_injection/v1"] = Field("relaunch.fault_injection/v1", alias="schema")
+    cluster: Name
+    node: Name
+    fault: InjectableFault
+    gpu: int = Field(0, ge=0, le=63)
+    code: int | None = Field(None, ge=1, le=1023, description="xid: the XID code")
+    count: int | None = Field(None, ge=1, description="ecc: uncorrected errors to add; nvlink: errors per sample")
+    nvlink_counter: Literal["crc", "replay", "recovery"] = "crc"
+    throttle: ThrottleReason | None = None
+    requested_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _xid_names_its_code(self) -> FaultInjection:
+        if self.fault == "xid" and self.code is None:
+            raise ValueError("an xid fault needs its code")
+        return self
+
+
+class InjectionAck(Message):
+    """A probe's answer to FaultInjection: accepted, or refused with the reason."""
+
+    schema_: Literal["relaunch.injection_ack/v1"] = Field("relaunch.injection_ack/v1", alias="schema")
+    cluster: Name
+    node: Name
+    accepted: bool
+    detail: str = ""
     backend: Literal["nvml", "fake"]
     at: dt.datetime
 
@@ -211,6 +311,7 @@ class DeadLetter(Message):
 
 ALL_MODELS: tuple[type[Message], ...] = (
     JobObserved, LogBatch, ProgressReported, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
+    FaultInjection, InjectionAck,
 )
 
 

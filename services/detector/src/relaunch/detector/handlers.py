@@ -19,7 +19,7 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Chunk, read_new_lines
 from .domain.detection import FAILED_STATES, crash_from_log, crash_from_scheduler
-from .domain.signatures import Signature
+from .domain.signatures import Catalogue
 from .tracking import ProgressTracker
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Follower:
 
 
 class Detector:
-    def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: list[Signature],
+    def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: Catalogue,
                  grace_s: float, tracker: ProgressTracker) -> None:
         self.bus, self.state, self.follower = bus, state, follower
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker

@@ -2,6 +2,8 @@
 
 One anomaly per job attempt: its id is `<cluster>.<job>.<attempt>.crash`, so a replay or a second
 detector publishing the same finding is deduplicated by JetStream and by the decider.
+The root cause comes from classifying.classify, the same code `relaunch classify` runs offline, so
+the service and the command line always agree on what a log means.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import datetime as dt
 
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine, JobObserved, LogBatch
 
-from .signatures import Match, Signature, root_cause, scan
+from .classifying import Classification, classify
+from .scanning import Scanner, scanner_for
+from .signatures import Catalogue
 
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
 
@@ -30,23 +34,39 @@ def anomaly_id(cluster: str, job_id: str, attempt: int) -> str:
     return f"{cluster}.{job_id}.{attempt}.crash"
 
 
-def crash_from_log(batch: LogBatch, catalogue: list[Signature], nodes: list[str], now: dt.datetime
+def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[str], now: dt.datetime
                    ) -> tuple[AnomalyDetected, bool] | None:
-    """The batch's root cause as an anomaly, and whether it is only a cascade symptom."""
-    cause = root_cause(scan(batch.lines, catalogue))
-    if cause is None:
+    """The batch's root cause as an anomaly, and whether it is only a cascade symptom.
+
+    `nodes` are the job's nodes: the anomaly names the culprits among them when the log points at
+    some (so that restart_excluding excludes only those), else all of them, as before."""
+    scanner = catalogue if isinstance(catalogue, Scanner) else scanner_for(catalogue)
+    found = classify(scanner.scan(batch.lines))
+    if found is None:
         return None
-    return _from_match(batch, cause, nodes, now), cause.signature.cascade
+    return _anomaly(batch, found, _implicated(found.nodes, nodes), now), found.cascade
 
 
-def _from_match(batch: LogBatch, cause: Match, nodes: list[str], now: dt.datetime) -> AnomalyDetected:
-    sig = cause.signature
-    offset = batch.offset + sum(len(line.encode()) + 1 for line in batch.lines[: cause.index])
+def _implicated(culprits: tuple[str, ...], job_nodes: list[str]) -> list[str]:
+    """Culprits the job ran on. A name outside the job (a container's host name, a peer) is dropped,
+    because excluding a node Slurm does not know makes sbatch fail; so with no job nodes to check
+    against, no name is given (the evidence still shows them)."""
+    return [n for n in culprits if n in job_nodes] or list(job_nodes)
+
+
+def _anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.datetime) -> AnomalyDetected:
+    offsets, position = {}, batch.offset
+    wanted = {e.index for e in found.evidence}
+    for index, line in enumerate(batch.lines[: max(wanted) + 1]):
+        if index in wanted:
+            offsets[index] = position
+        position += len(line.encode()) + 1
     return AnomalyDetected(
         anomaly_id=anomaly_id(batch.cluster, batch.job_id, batch.attempt), cluster=batch.cluster,
-        job_id=batch.job_id, attempt=batch.attempt, kind="crash", source="log", signature_id=sig.id,
-        category=sig.category, fault_domain=sig.fault_domain, action=sig.action, summary=sig.summary,
-        nodes=nodes, evidence=[EvidenceLine(path=batch.path, offset=offset, text=cause.text[:2000])],
+        job_id=batch.job_id, attempt=batch.attempt, kind="crash", source="log", signature_id=found.signature_id,
+        category=found.category, fault_domain=found.fault_domain, action=found.action, summary=found.summary,
+        nodes=nodes, ranks=list(found.ranks),
+        evidence=[EvidenceLine(path=batch.path, offset=offsets[e.index], text=e.text[:2000]) for e in found.evidence],
         detected_at=now,
     )
 

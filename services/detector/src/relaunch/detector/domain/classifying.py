@@ -1,0 +1,128 @@
+"""The root cause of a failure, from the matched lines of a log. Pure.
+
+Invariants:
+- precedence goes by role, then by time: a decisive line (hardware fault, host OOM kill, node
+  failure) beats every initiating error; an initiating error ("cause") beats every symptom (what
+  victims print: collective timeouts, peers gone); symptoms beat teardown (what launchers print
+  while stopping the job); advice is never a root cause. Within a role the earliest line wins:
+  errors printed later are usually consequences of the first (a traceback's chained exceptions,
+  the ranks that fail after their peer died);
+- one incident per verdict: the same error on many ranks or nodes is one finding, and the finding
+  names every rank and node seen with it;
+- an application-class XID that several processes hit on one GPU is escalated to its class's
+  `escalate_to` (a GPU that keeps faulting is a bad GPU, whatever the program);
+- memory is bounded whatever the number of matched lines (counts, capped sets and evidence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .scanning import Match
+from .signatures import Signature
+
+ROLE_ORDER = {"decisive": 0, "cause": 1, "symptom": 2, "teardown": 3}
+EVIDENCE_MAX = 5
+_NODES_MAX = 256
+_RANKS_MAX = 4096
+
+
+@dataclass(frozen=True)
+class Evidence:
+    index: int
+    """Position of the line in what was scanned."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Classification:
+    signature_id: str
+    category: str
+    fault_domain: str
+    action: str
+    role: str
+    cascade: bool
+    """True when only a symptom or teardown explains the failure (something better may still come)."""
+    summary: str
+    nodes: tuple[str, ...]
+    """Culprit nodes named by the lines, in order of appearance."""
+    ranks: tuple[int, ...]
+    evidence: tuple[Evidence, ...]
+    """The first line of the incident, then lines that add a rank or a node (at most EVIDENCE_MAX)."""
+    lines: int
+    """How many lines the incident spans."""
+
+
+class _Incident:
+    """Accumulates one verdict's lines (private, mutable while folding; never escapes)."""
+
+    __slots__ = ("signature", "first", "lines", "nodes", "ranks", "evidence", "events")
+
+    def __init__(self, signature: Signature, first: int) -> None:
+        self.signature, self.first, self.lines = signature, first, 0
+        self.nodes: dict[str, None] = {}
+        self.ranks: set[int] = set()
+        self.evidence: list[Evidence] = []
+        self.events: set[str] = set()
+
+    def add(self, match: Match) -> None:
+        self.lines += 1
+        new_place = any(n not in self.nodes for n in match.nodes) or any(r not in self.ranks for r in match.ranks)
+        for node in match.nodes:
+            if len(self.nodes) < _NODES_MAX:
+                self.nodes.setdefault(node)
+        for rank in match.ranks:
+            if len(self.ranks) < _RANKS_MAX:
+                self.ranks.add(rank)
+        if len(self.events) < max(self.signature.escalate_after, 1) and match.event is not None:
+            self.events.add(match.event)
+        if len(self.evidence) < EVIDENCE_MAX and (not self.evidence or new_place) and not any(
+                e.text == match.text for e in self.evidence):
+            self.evidence.append(Evidence(match.index, match.text))
+
+    def absorb(self, other: _Incident) -> None:
+        self.first = min(self.first, other.first)
+        self.lines += other.lines
+        for node in other.nodes:
+            if len(self.nodes) < _NODES_MAX:
+                self.nodes.setdefault(node)
+        self.ranks |= set(list(other.ranks)[: max(0, _RANKS_MAX - len(self.ranks))])
+        merged = sorted({e.text: e for e in [*other.evidence, *self.evidence]}.values(), key=lambda e: e.index)
+        self.evidence = merged[:EVIDENCE_MAX]
+
+    def escalated(self) -> Signature:
+        sig = self.signature
+        return sig.escalate_to if sig.escalate_to and len(self.events) >= sig.escalate_after else sig
+
+
+def classify(matches: Iterable[Match]) -> Classification | None:
+    """The root cause among the matched lines, or None when no line explains a failure."""
+    incidents: dict[tuple[str, str | None], _Incident] = {}
+    for match in matches:
+        sig = match.signature
+        if sig.role not in ROLE_ORDER:
+            continue  # advice is never a root cause
+        # Escalating XID classes are counted per GPU: repeats on one GPU, not across the machine.
+        key = (sig.id, match.gpu if sig.escalate_to else None)
+        incident = incidents.get(key)
+        if incident is None:
+            incident = incidents[key] = _Incident(sig, match.index)
+        incident.add(match)
+    if not incidents:
+        return None
+    verdicts: dict[str, _Incident] = {}
+    for incident in incidents.values():
+        verdict = incident.escalated()
+        if verdict.id in verdicts:
+            verdicts[verdict.id].absorb(incident)
+        else:
+            incident.signature = verdict
+            verdicts[verdict.id] = incident
+    winner = min(verdicts.values(), key=lambda i: (ROLE_ORDER[i.signature.role], i.first))
+    sig = winner.signature
+    return Classification(
+        signature_id=sig.id, category=sig.category, fault_domain=sig.fault_domain, action=sig.action,
+        role=sig.role, cascade=sig.cascade, summary=sig.summary, nodes=tuple(winner.nodes),
+        ranks=tuple(sorted(winner.ranks)), evidence=tuple(winner.evidence), lines=winner.lines,
+    )

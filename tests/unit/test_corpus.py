@@ -1,0 +1,94 @@
+"""The classifier against real training-failure logs (../shared/corpus, see its README): accuracy of
+the action and the fault domain, with ratchets at what the catalogue reaches today.
+
+Scoring (the corpus README's mapping):
+- action: restart / restart_exclude_node / no_retry must give restart / restart_excluding / stop;
+  restart_after_fix_unknown (an infrastructure fault where restart and stop are both defensible) is
+  right whatever the action, as long as a failure is found; healthy logs must give no anomaly;
+- fault domain: implicates hardware / software_infra / user_code / resource / scheduler must give
+  hardware / infrastructure / application / resource / scheduler; `unknown` is scored strictly: the
+  log does not show who is at fault, and a classifier that claims to know (say "hardware" for an
+  NCCL timeout) would send the wrong node to the drain list, so only fault_domain "unknown" is right.
+  (The figure without those logs is printed too.) Healthy logs must give no anomaly;
+- node: when the action is restart_excluding and the label names the culprit host, it must be among
+  the anomaly's nodes (it is what gets excluded).
+The larger held-out set judges generality; these ratchets only stop regressions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from relaunch.detector.offline import classify_stream, load_scanner
+
+CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
+
+# Ratchets: what the catalogue reached (rounded down). Raise them when it gets better, never lower them.
+ACTION_ACCURACY = 0.963
+FAULT_DOMAIN_ACCURACY = 0.945
+HEALTHY_UNFLAGGED = 1.0
+NODE_ACCURACY = 1.0
+
+ACTIONS = {"restart": "restart", "restart_exclude_node": "restart_excluding", "no_retry": "stop"}
+DOMAINS = {"hardware": "hardware", "software_infra": "infrastructure", "user_code": "application",
+           "resource": "resource", "scheduler": "scheduler", "unknown": "unknown"}
+
+
+def _records() -> list[dict]:
+    if not (CORPUS / "labels.jsonl").is_file():
+        pytest.skip(f"no corpus at {CORPUS} (set RELAUNCH_CORPUS to the folder holding labels.jsonl and logs/)")
+    return [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _action_right(label: dict, found) -> bool:
+    expected = label["expected_action"]
+    if expected == "none":
+        return found is None
+    if expected == "restart_after_fix_unknown":
+        return found is not None
+    return found is not None and found.action == ACTIONS[expected]
+
+
+def _domain_right(label: dict, found) -> bool:
+    if label["implicates"] == "none":
+        return found is None
+    return found is not None and found.fault_domain == DOMAINS[label["implicates"]]
+
+
+def test_corpus_accuracy_holds_its_ratchet():
+    labels = _records()
+    scanner = load_scanner()
+    results = []
+    for label in labels:
+        with open(CORPUS / "logs" / f"{label['id']}.log", "rb") as stream:
+            results.append((label, classify_stream(stream, scanner)))
+
+    n = len(results)
+    action = sum(_action_right(label, found) for label, found in results) / n
+    domain = sum(_domain_right(label, found) for label, found in results) / n
+    known = [(label, found) for label, found in results if label["implicates"] != "unknown"]
+    domain_known = sum(_domain_right(label, found) for label, found in known) / len(known)
+    healthy = [found for label, found in results if label["expected_action"] == "none"]
+    failing = [found for label, found in results if label["expected_action"] != "none"]
+    nodes = [(label, found) for label, found in results if label.get("node_hint") and (
+        label["expected_action"] == "restart_exclude_node" or (found and found.action == "restart_excluding"))]
+    node = sum(bool(found) and label["node_hint"] in found.nodes for label, found in nodes) / max(len(nodes), 1)
+    misses = [f"{label['id']}: expected {label['expected_action']}/{label['implicates']}, got "
+              f"{found and (found.signature_id, found.action, found.fault_domain)}"
+              for label, found in results if not (_action_right(label, found) and _domain_right(label, found))]
+
+    print(f"\ncorpus n={n}: action accuracy {action:.3f}, fault-domain accuracy {domain:.3f} "
+          f"({domain_known:.3f} without the {n - len(known)} logs labelled 'unknown'), "
+          f"healthy->none {sum(f is None for f in healthy)}/{len(healthy)}, "
+          f"failures detected {sum(f is not None for f in failing)}/{len(failing)}, "
+          f"node accuracy {node:.3f} (n={len(nodes)})")
+    print("\n".join(misses))
+
+    assert action >= ACTION_ACCURACY
+    assert domain >= FAULT_DOMAIN_ACCURACY
+    assert sum(f is None for f in healthy) / max(len(healthy), 1) >= HEALTHY_UNFLAGGED
+    assert node >= NODE_ACCURACY

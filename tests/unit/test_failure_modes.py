@@ -1,0 +1,151 @@
+"""Failure modes the catalogue must recognise, written from what real stacks print (not the corpus),
+and healthy output it must leave alone. Each case is a short log; the classifier gives its verdict."""
+
+import pytest
+
+from relaunch.detector.domain.classifying import classify
+from relaunch.detector.domain.scanning import scanner_for
+from relaunch.detector.domain.signatures import builtin_catalogue
+
+SCANNER = scanner_for(builtin_catalogue())
+
+
+def verdict(text: str):
+    return classify(SCANNER.scan(text.strip("\n").split("\n")))
+
+
+FAILURES = [
+    # (log, signature, fault_domain, action)
+    ("[Tue Mar  5 10:00:00 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+     "gpu_xid_hardware", "hardware", "restart_excluding"),
+    ("NVRM: Xid (PCI:0000:1b:00): 74, pid=999, name=python, NVLink: fatal error detected on link 3(0x0, 0x0)",
+     "gpu_xid_hardware", "hardware", "restart_excluding"),
+    ("NVRM: Xid (PCI:0000:3b:00): 95, pid=1234, name=python, Uncontained: FBHUB. RST: Yes, D-RST: No",
+     "gpu_xid_hardware", "hardware", "restart_excluding"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
+     "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008, intr 10000000. MMU Fault",
+     "cuda_illegal_memory_access", "infrastructure", "restart"),
+    ("node3:1234:5678 [2] NCCL WARN NET/IB : Got completion from peer 10.1.1.2<55555> with status=12 opcode=0 "
+     "len=0 vendor err 129 (Send) localGid fe80::1 remoteGids fe80::2",
+     "nccl_ib_error", "hardware", "restart"),
+    ("[123.456] Out of memory: Killed process 1234 (python3) total-vm:123456kB, anon-rss:120000kB",
+     "host_oom_kill", "resource", "stop"),
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=5678.0. Some of your processes may have been killed "
+     "by the cgroup out-of-memory handler.", "host_oom_kill", "resource", "stop"),
+    ("slurmstepd: error: *** JOB 98765 ON gpu-12 CANCELLED AT 2024-03-01T12:00:00 DUE TO TIME LIMIT ***",
+     "slurm_time_limit", "scheduler", "restart"),
+    ("slurmstepd: error: *** JOB 98765 ON gpu-12 CANCELLED AT 2024-03-01T12:00:00 DUE TO PREEMPTION ***",
+     "slurm_preempted", "scheduler", "restart"),
+    ("[rank3]: RuntimeError: NCCL communicator was aborted\n"
+     "slurmstepd: error: *** JOB 98765 ON gpu-12 CANCELLED AT 2024-03-01T12:00:00 DUE TO NODE FAILURE, SEE "
+     "SLURMCTLD LOG FOR DETAILS ***", "slurm_node_failure", "infrastructure", "restart"),
+    ("slurmstepd: error: *** JOB 98765 ON gpu-12 CANCELLED AT 2024-03-01T12:00:00 ***",
+     "slurm_cancelled", "scheduler", "stop"),
+    ("ImportError: /usr/lib/python3/dist-packages/flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+     "python_application_error", "application", "stop"),
+    ('  File "train.py", line 10\n    print "x"\n    ^\nSyntaxError: Missing parentheses in call to \'print\'',
+     "python_application_error", "application", "stop"),
+    ("RuntimeError: The size of tensor a (4) must match the size of tensor b (8) at non-singleton dimension 1",
+     "tensor_shape_error", "application", "stop"),
+    (" iteration      900/  500000 | lm loss: nan | loss scale: 1.0 | number of nan iterations:   1 |",
+     "nan_loss", "application", "stop"),
+    ("[2024-01-01 00:00:00,000] [INFO] [loss_scaler.py:190:update_scale] Current loss scale already at minimum - "
+     "cannot decrease scale anymore. Exiting run.", "nan_loss", "application", "stop"),
+    ("RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
+     "nan_loss", "application", "stop"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11) local_rank: 0 (pid: 5432) of "
+     "binary: /usr/bin/python", "segfault", "unknown", "restart"),
+    ("OSError: [Errno 122] Disk quota exceeded: '/home/u/ckpt'", "fs_no_space", "resource", "stop"),
+    ("OSError: [Errno 121] Remote I/O error", "fs_io_error", "infrastructure", "restart"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "rendezvous_store_error",
+     "infrastructure", "restart"),
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
+     "store_based_barrier_key:1 (world_size=16, worker_count=8, timeout=0:30:00)",
+     "rendezvous_store_error", "infrastructure", "restart"),
+    ("RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
+     "gpu_nvlink_error", "hardware", "restart_excluding"),
+    ("srun: error: node5: task 3: Exited with exit code 93", "nvrx_do_not_restart", "application", "stop"),
+    ("mpirun noticed that process rank 7 with PID 0 on node gpu7 exited on signal 9 (Killed).",
+     "process_killed_signal", "resource", "stop"),
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded",
+     "gpu_driver_unavailable", "infrastructure", "restart_excluding"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with "
+     "NCCL_DEBUG=INFO for details), NCCL version 2.19.3\nncclUnhandledCudaError: Call to CUDA function failed.\n"
+     "Last error:\nCuda failure 'out of memory'", "cuda_oom", "application", "stop"),
+    ("Last error:\nCuda failure 'invalid device function'", "cuda_error", "unknown", "restart"),
+    ("RuntimeError: Too many open files. Communication with the workers is no longer possible.",
+     "shm_exhausted", "resource", "stop"),
+    ("[rank1]:[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 1] Process group watchdog thread terminated with exception: "
+     "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 "
+     "milliseconds before timing out.\nterminate called after throwing an instance of 'c10::DistBackendError'\n"
+     "Fatal Python error: Aborted\nERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6)",
+     "nccl_collective_timeout", "unknown", "restart"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n  exitcode  : 1 (pid: 1234)",
+     "teardown_launcher", "unknown", "restart"),
+]
+
+HEALTHY = [
+    """gpu-st-1:12345:12345 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>
+gpu-st-1:12345:12345 [0] NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.
+gpu-st-1:12345:12366 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)
+gpu-st-1:12345:12366 [0] NCCL INFO NET/IB : No device found.
+gpu-st-1:12345:12366 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.
+gpu-st-1:12345:12366 [0] NCCL INFO Connected all rings
+gpu-st-1:12345:12380 [0] NCCL INFO [Service thread] Connection closed by localRank 0
+gpu-st-1:12345:12345 [0] NCCL INFO comm 0x55d5c5c0 rank 0 nranks 16 cudaDev 0 busId 101c0 - Destroy COMPLETE""",
+    """W0611 10:00:00.000000 140 torch/distributed/run.py:779] Setting OMP_NUM_THREADS environment variable for each process
+[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).
+[rank0]:[W1206 18:44:12.715298746 ProcessGroupNCCL.cpp:4115] Warning: process group has NOT been destroyed""",
+    """{'loss': 1.2345, 'grad_norm': 0.8, 'learning_rate': 2e-05, 'epoch': 0.1}
+{'eval_loss': 1.1, 'eval_runtime': 12.3, 'eval_samples_per_second': 80.1, 'epoch': 0.1}
+Saving model checkpoint to ./out/checkpoint-100
+{'train_runtime': 600.1, 'train_samples_per_second': 26.6, 'train_loss': 1.05, 'epoch': 1.0}""",
+    """GPU available: True (cuda), used: True
+LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3,4,5,6,7]
+Epoch 0: 100%|██████████| 500/500 [02:00<00:00, 4.15it/s, v_num=3, train_loss=0.412]
+`Trainer.fit` stopped: `max_epochs=10` reached.""",
+    """[2024-01-01 00:00:20,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
+[2024-01-01 00:00:30,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=100, skipped=3, lr=[0.0001], mom=[(0.9, 0.95)]
+[2024-01-01 00:00:30,000] [WARNING] [stage3.py:1991:step] 2 pytorch allocator cache flushes since last step. this happens when there is high memory pressure
+[2024-01-01 01:00:00,000] [INFO] [launch.py:347:main] Process 1234 exits successfully.""",
+    """[rank0]:2024-06-01 12:00:00,000 - root - INFO - step:  1  loss: 12.2341  memory: 40.12GiB(50.67%)  tps: 1,234  mfu: 5.12%
+[rank0]:2024-06-01 12:00:00,000 - root - WARNING - 20 CUDA memory allocation retries.""",
+    """ iteration      100/  500000 | consumed samples:        51200 | lm loss: 6.543210E+00 | loss scale: 131072.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |
+saving checkpoint at iteration     200 to /ckpt
+[Rank 0] (after 100 iterations) memory (MB) | allocated: 1234.5 | max allocated: 2345.6""",
+    """| GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |
+|   0  NVIDIA H100 80GB HBM3          On  | 00000000:19:00.0 Off |                    0 |
+srun: job 123456 queued and waiting for resources
+srun: job 123456 has been allocated resources""",
+    """/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly.
+  warnings.warn(
+wandb: ERROR Error while calling W&B API: context deadline exceeded (<Response [500]>)
+NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to activate.""",
+]
+
+
+@pytest.mark.parametrize("log, signature, domain, action", FAILURES,
+                         ids=[f"{f[1]}{i}" for i, f in enumerate(FAILURES)])
+def test_failure_modes_are_recognised(log, signature, domain, action):
+    found = verdict(log)
+    assert found is not None, "no signature recognised the failure"
+    assert (found.signature_id, found.fault_domain, found.action) == (signature, domain, action)
+
+
+@pytest.mark.parametrize("log", HEALTHY, ids=[f"healthy{i}" for i in range(len(HEALTHY))])
+def test_healthy_output_is_left_alone(log):
+    found = verdict(log)
+    assert found is None, f"{found.signature_id}: {found.evidence[0].text}"
+
+
+def test_every_builtin_example_is_classified_by_its_own_signature():
+    """Catches a signature shadowed by an earlier, broader one (a line gets the first that matches)."""
+    for sig in builtin_catalogue().signatures:
+        for example in sig.examples:
+            found = SCANNER.match_line(example, 0)
+            if sig.role == "advice":
+                assert found is None, f"{sig.id}: {example!r}"
+            else:
+                assert found is not None, f"{sig.id}: nothing matched {example!r}"
+                assert found.signature.id == sig.id or "xid" in sig.pattern.groupindex, (
+                    f"{sig.id}: {example!r} went to {found.signature.id}")
