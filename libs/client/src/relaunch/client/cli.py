@@ -19,6 +19,7 @@ from rich.table import Table
 from relaunch.common.optin import OPTIONS, parse_comment
 from relaunch.common.schemas import dump
 
+from . import inject
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
 
@@ -30,6 +31,7 @@ events_app = typer.Typer(help="Live events.")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(policy_app, name="policy")
 app.add_typer(events_app, name="events")
+app.add_typer(inject.app, name="inject")
 
 console = Console()
 err = Console(stderr=True)

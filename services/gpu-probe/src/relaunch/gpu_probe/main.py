@@ -1,23 +1,45 @@
-"""Composition root of gpu-probe: one process per node, publishing NodeHealth on an interval."""
+"""Composition root of gpu-probe: one process per node, publishing NodeHealth on an interval
+(heartbeats) and at once on an XID. `python -m relaunch.gpu_probe --node NAME`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import datetime as dt
 import logging
 import os
+import sys
 
-from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
-from relaunch.common.schemas import NodeHealth, validate_name
+from relaunch.common.bus import Bus
+from relaunch.common.schemas import validate_name
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.settings import CommonSettings, SettingsError, load_settings
 
 from .adapters.fake_nvml import FakeNvml
-from .domain.classification import classify
+from .domain.classification import Rules
+from .domain.samples import BackendUnavailable, GpuBackend
+from .handlers import Probe, ProbeConfig
 from .settings import ProbeSettings
 
 log = logging.getLogger(__name__)
+
+
+def make_backend(settings: ProbeSettings) -> GpuBackend:
+    """The backend the settings name; raises BackendUnavailable when NVML cannot start."""
+    if settings.backend == "fake":
+        return FakeNvml(settings.expected_gpus)
+    # Imported here so that the fake stack never loads the NVML bindings.
+    from .adapters.nvml import NvmlBackend
+
+    return NvmlBackend()
+
+
+def probe_config(cluster: str, node: str, settings: ProbeSettings) -> ProbeConfig:
+    rules = dataclasses.replace(Rules(), xid_window=dt.timedelta(seconds=settings.xid_window_s),
+                                app_xid_repeat=settings.app_xid_repeat)
+    return ProbeConfig(cluster=cluster, node=node, expected_gpus=settings.expected_gpus,
+                       interval_s=settings.interval_s, event_wait_s=settings.event_wait_s, rules=rules)
 
 
 async def amain(node_arg: str | None) -> None:
@@ -27,35 +49,31 @@ async def amain(node_arg: str | None) -> None:
     settings = load_settings(ProbeSettings)
     try:
         node = validate_name(settings.node)
+        cluster = validate_name(common.cluster)
     except ValueError as exc:
-        raise SettingsError(f"set the node with --node NAME or RELAUNCH_PROBE_NODE: {exc}") from exc
-    if settings.backend != "fake":
-        raise SettingsError("only the fake backend exists yet (RELAUNCH_PROBE_BACKEND=fake); NVML is issue 6")
+        raise SettingsError(f"set the node with --node NAME or RELAUNCH_PROBE_NODE, and RELAUNCH_CLUSTER: {exc}") \
+            from exc
     setup_logging(f"gpu-probe[{node}]", common.log_level)
-    backend = FakeNvml(settings.expected_gpus)
+    backend = make_backend(settings)  # before connecting: a node without NVML fails fast and says why
     bus = await Bus.connect(common.nats_url, f"gpu-probe-{node}")
+    probe = Probe(bus, backend, probe_config(cluster, node, settings))
+    log.info("gpu-probe for %s/%s: backend %s, %d GPUs expected, every %.1fs", cluster, node, backend.backend,
+             settings.expected_gpus, settings.interval_s)
 
-    async def publish_loop(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            readings = backend.read()
-            verdict, reasons = classify(readings, settings.expected_gpus)
-            health = NodeHealth(cluster=common.cluster, node=node, verdict=verdict, reasons=reasons, gpus=readings,
-                                backend=backend.backend, at=utcnow())
-            try:
-                await bus.publish(subjects.signal_node(common.cluster, node), health)
-            except Exception as exc:  # the bus is down: keep sampling, publish when it is back
-                log.warning("cannot publish node health: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=settings.interval_s)
-            except TimeoutError:
-                pass
+    async def on_stop() -> None:
+        await bus.close()
+        backend.close()
 
-    await run_service(f"gpu-probe-{node}", settings.health_port, {"nats": lambda: bus.connected},
-                      lambda stop: [publish_loop(stop)], bus.close)
+    await run_service(f"gpu-probe-{node}", settings.health_port,
+                      {"nats": lambda: bus.connected, "sampling": probe.sampling_ok}, probe.tasks, on_stop)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m relaunch.gpu_probe")
     parser.add_argument("--node", help="Slurm node name (or RELAUNCH_PROBE_NODE)")
     args = parser.parse_args()
-    asyncio.run(amain(args.node))
+    try:
+        asyncio.run(amain(args.node))
+    except (SettingsError, BackendUnavailable) as exc:
+        print(f"gpu-probe: {exc}", file=sys.stderr)
+        sys.exit(2)
