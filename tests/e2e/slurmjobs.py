@@ -14,12 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 
 
-def sbatch(env: dict, script: str, comment: str, **job_env: str) -> str:
+def sbatch(env: dict, script: str, comment: str, *args: str, **job_env: str) -> str:
+    """Submit examples/<script>; `args` are extra sbatch options, `job_env` the job's environment."""
     jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
     jobs.mkdir(exist_ok=True)
     out = subprocess.run(
         ["sbatch", "--parsable", f"--comment={comment}", "--open-mode=append", "-o", str(jobs / "%x-%j.out"),
-         str(REPO / "examples" / script)],
+         *args, str(REPO / "examples" / script)],
         check=True, capture_output=True, text=True, env={**os.environ, **job_env},
     )
     return out.stdout.strip().split(";")[0]

@@ -106,6 +106,8 @@ DECIDER_JOBS = ConsumerSpec("decider-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=
 DECIDER_ANOMALIES = ConsumerSpec("decider-anomalies", EVENTS, ALL_ANOMALIES, ack_wait_s=30, max_deliver=100)
 DECIDER_RECONCILE = ConsumerSpec("decider-reconcile", EVENTS, ALL_RECONCILE, ack_wait_s=30, max_deliver=100)
 DECIDER_AUDIT = ConsumerSpec("decider-audit", EVENTS, ALL_AUDIT, ack_wait_s=30, max_deliver=100)
+# Node health: evidence for attribution (heartbeats every interval; a few lost ones cost nothing).
+DECIDER_NODES = ConsumerSpec("decider-nodes", SIGNALS, ALL_SIGNAL_NODE, ack_wait_s=30, max_deliver=10)
 # The actuator acks an Advice only at a terminal outcome and naks to look again meanwhile, so
 # redeliveries are unbounded by design; expiry (Advice.expires_at) ends a stuck one instead.
 # ack_wait is short so that the Advice a killed actuator was handling comes back quickly to the

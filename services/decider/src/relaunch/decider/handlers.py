@@ -9,9 +9,10 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
-from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, ReconcileStatus
+from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
 from .adapters.ledger import Ledger
+from .domain import attribution
 from .domain.policy import decide
 from .outbox import OutboxPublisher
 
@@ -35,7 +36,10 @@ class Decider:
                 raise TemporaryError("job not observed yet; its policy is unknown", delay=1.0)
             await tx.save_anomaly(anomaly)
             policy = tx.policy()
-            decision = decide(await tx.history(), anomaly, policy, now)
+            job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
+            events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
+            suspects = attribution.attribute(anomaly, job_nodes, events, now)
+            decision = decide(await tx.history(), anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
             detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
                       "anomaly": anomaly.anomaly_id}
@@ -55,7 +59,9 @@ class Decider:
             advice = Advice(
                 cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
                 generation=decision.generation, operation="restart", exclude_nodes=list(decision.exclude_nodes),
-                reason=decision.reason, evidence_refs=[f"anomaly:{anomaly.anomaly_id}"],
+                reason=decision.reason[:4000],
+                evidence_refs=[f"anomaly:{anomaly.anomaly_id}"] + [
+                    f"node:{s.node}:{s.confidence:.1f}:{r}"[:500] for s in suspects for r in s.reasons],
                 policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
             )
             msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
@@ -70,3 +76,6 @@ class Decider:
 
     async def on_audit(self, entry: AuditEntry, delivery: Delivery) -> None:
         await self.ledger.record_audit(entry)
+
+    async def on_node(self, health: NodeHealth, delivery: Delivery) -> None:
+        await self.ledger.record_node_health(health)

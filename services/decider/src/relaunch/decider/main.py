@@ -7,7 +7,7 @@ import logging
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
-from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, ReconcileStatus
+from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.settings import CommonSettings, load_settings
 
@@ -45,6 +45,7 @@ async def amain() -> None:
             consume(bus, subjects.DECIDER_ANOMALIES, AnomalyDetected, decider.on_anomaly, stop),
             consume(bus, subjects.DECIDER_RECONCILE, ReconcileStatus, decider.on_reconcile, stop),
             consume(bus, subjects.DECIDER_AUDIT, AuditEntry, decider.on_audit, stop),
+            consume(bus, subjects.DECIDER_NODES, NodeHealth, decider.on_node, stop),
         ]
 
     async def on_stop() -> None:

@@ -18,8 +18,11 @@ import asyncpg
 
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
-from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, ReconcileStatus, dump
+from relaunch.common.schemas import (
+    Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus, dump,
+)
 
+from ..domain.attribution import NodeEvent
 from ..domain.policy import History, Policy
 
 log = logging.getLogger(__name__)
@@ -163,6 +166,26 @@ class Ledger:
         except _UNAVAILABLE as exc:
             raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
 
+    async def record_node_health(self, health: NodeHealth) -> None:
+        """The latest reading per node; every non-healthy one is also kept as history."""
+        reasons = json.dumps(health.reasons)
+        xids = json.dumps([x.model_dump(mode="json") for x in health.xids])
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    """INSERT INTO node_health (cluster, node, verdict, reasons, xids, at) VALUES ($1,$2,$3,$4,$5,$6)
+                       ON CONFLICT (cluster, node) DO UPDATE SET verdict=EXCLUDED.verdict, reasons=EXCLUDED.reasons,
+                           xids=EXCLUDED.xids, at=EXCLUDED.at, updated_at=now()
+                       WHERE node_health.at <= EXCLUDED.at""",
+                    health.cluster, health.node, health.verdict, reasons, xids, health.at)
+                if health.verdict != "healthy":
+                    await conn.execute(
+                        """INSERT INTO node_events (cluster, node, verdict, reasons, xids, at)
+                           VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING""",
+                        health.cluster, health.node, health.verdict, reasons, xids, health.at)
+        except _UNAVAILABLE as exc:
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+
     async def unpublished(self, limit: int = 100) -> list[asyncpg.Record]:
         return await self.pool.fetch(
             "SELECT id, subject, msg_id, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1", limit)
@@ -198,6 +221,17 @@ class JobTx:
             last_generation=max((r["generation"] for r in rows), default=0),
             user_cancelled=self.row.get("state") == "CANCELLED",
         )
+
+    async def attempt_nodes(self, attempt: int) -> list[str]:
+        nodes = await self.conn.fetchval("SELECT nodes FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=$3",
+                                         self.cluster, self.job_id, attempt)
+        return list(nodes or [])
+
+    async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
+        rows = await self.conn.fetch(
+            "SELECT node, verdict, reasons, at FROM node_events WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
+            "ORDER BY at", self.cluster, nodes, since)
+        return [NodeEvent(r["node"], r["verdict"], tuple(json.loads(r["reasons"])), r["at"]) for r in rows]
 
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
         inserted = await self.conn.fetchval(

@@ -13,6 +13,8 @@ from typing import Literal
 
 from relaunch.common.schemas import AnomalyDetected
 
+from .attribution import Suspect
+
 ADVICE_TTL = dt.timedelta(minutes=30)
 """An Advice not carried out within this time is abandoned as expired."""
 
@@ -24,6 +26,8 @@ class Policy:
     """Restart on a straggler (opt-in per job); otherwise a straggler is only reported."""
     observe_only: bool = False
     option_errors: tuple[str, ...] = ()
+    max_exclude: int = 2
+    """At most this many nodes are excluded per job (a cap on the blast radius of one attribution)."""
 
     def as_dict(self) -> dict[str, int | bool]:
         return {"max_attempts": self.max_attempts, "straggler": self.straggler, "observe_only": self.observe_only}
@@ -48,7 +52,10 @@ class Decision:
     expires_at: dt.datetime | None = None
 
 
-def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime) -> Decision:
+def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
+           suspects: tuple[Suspect, ...] | None = None) -> Decision:
+    """`suspects` come from attribution; those confident enough are excluded (capped by policy).
+    None (no attribution ran) falls back to the anomaly's own node hints."""
     attempt = anomaly.attempt
     if attempt in history.decided_attempts:
         return Decision("none", "already_decided", f"attempt {attempt} already has a decision")
@@ -70,9 +77,14 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
         return Decision("stop", "max_attempts",
                         f"max_attempts={policy.max_attempts} reached: attempt {used} of {policy.max_attempts} "
                         f"failed ({anomaly.category})")
-    exclude = tuple(anomaly.nodes) if anomaly.action == "restart_excluding" else ()
+    if suspects is not None:
+        exclude = tuple(s.node for s in suspects if s.excluded)[: policy.max_exclude]
+    else:
+        exclude = tuple(anomaly.nodes) if anomaly.action == "restart_excluding" else ()
+    why = "".join(f"; without {s.node}: {', '.join(s.reasons)}" for s in suspects or () if s.node in exclude)
     return Decision(
         "restart", "within_budget",
-        f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts})",
+        f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts})"
+        + why,
         generation=history.last_generation + 1, exclude_nodes=exclude, expires_at=now + ADVICE_TTL,
     )

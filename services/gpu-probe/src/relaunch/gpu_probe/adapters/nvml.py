@@ -42,13 +42,15 @@ THROTTLE_BITS: dict[int, Literal["hw_slowdown", "hw_thermal", "sw_thermal", "pow
 }
 
 _init_lock = threading.Lock()
-_initialised: set[int] = set()
+_INITIALISED = "_relaunch_nvml_initialised"
+"""Marker set on the NVML module object once nvmlInit succeeded (not an id(): ids of collected
+stand-ins are reused, which once made a fresh stand-in look initialised)."""
 
 
 def _init_once(nvml: Any) -> None:
     """nvmlInit once per process (per NVML module: tests pass a stand-in)."""
     with _init_lock:
-        if id(nvml) in _initialised:
+        if getattr(nvml, _INITIALISED, False):
             return
         try:
             nvml.nvmlInit()
@@ -58,7 +60,7 @@ def _init_once(nvml: Any) -> None:
                 "library path? On a machine without a GPU use RELAUNCH_PROBE_BACKEND=fake.") from exc
         except OSError as exc:  # a broken library file rather than a missing one
             raise BackendUnavailable(f"NVML cannot be loaded: {exc}") from exc
-        _initialised.add(id(nvml))
+        setattr(nvml, _INITIALISED, True)
 
 
 class _Lost(Exception):

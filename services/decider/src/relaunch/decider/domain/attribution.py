@@ -1,0 +1,65 @@
+"""attribute(anomaly, job_nodes, node_events, now) -> suspect nodes with reasons. Pure.
+
+Evidence used here: a node named by the failing log line when the signature says the fault is the
+node's (action restart_excluding), and gpu-probe's non-healthy readings of the job's nodes in a
+window before the failure. Only nodes of the failed attempt can be suspects: excluding a node the
+job never ran on changes nothing, and one Slurm does not know makes the update fail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from relaunch.common.schemas import AnomalyDetected
+
+WINDOW = dt.timedelta(minutes=15)
+"""gpu-probe readings this long before the anomaly (and up to its detection) count as evidence."""
+EXCLUDE_AT = 0.7
+"""Suspects at or above this confidence are excluded from the next attempt."""
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    node: str
+    verdict: str
+    reasons: tuple[str, ...]
+    at: dt.datetime
+
+
+@dataclass(frozen=True)
+class Suspect:
+    node: str
+    confidence: float
+    reasons: tuple[str, ...]
+
+    @property
+    def excluded(self) -> bool:
+        return self.confidence >= EXCLUDE_AT
+
+
+def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeEvent], now: dt.datetime,
+              window: dt.timedelta = WINDOW) -> tuple[Suspect, ...]:
+    members = set(job_nodes) or set(anomaly.nodes)
+    found: dict[str, tuple[float, list[str]]] = {}
+
+    def add(node: str, confidence: float, reason: str) -> None:
+        best, reasons = found.get(node, (0.0, []))
+        found[node] = (max(best, confidence), reasons + [reason])
+
+    if anomaly.action == "restart_excluding":
+        named = [n for n in anomaly.nodes if n in members]
+        # A line that names one node among several is strong evidence; a fault class that is the
+        # node's (hardware) on a one-node attempt is too. All nodes of a multi-node job are not.
+        if named and (len(named) < len(members) or len(members) == 1):
+            for node in named:
+                add(node, 0.8, f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
+    for event in events:
+        if event.node not in members or not (anomaly.detected_at - window <= event.at <= now):
+            continue
+        if event.verdict == "failed":
+            add(event.node, 0.9, f"gpu-probe: failed at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
+        elif event.verdict == "degraded":
+            add(event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
+    return tuple(sorted((Suspect(n, c, tuple(dict.fromkeys(r))) for n, (c, r) in found.items()),
+                        key=lambda s: (-s.confidence, s.node)))

@@ -1,0 +1,37 @@
+"""gpu-probe evidence reaches the decision: XID 79 injected on a node of a running two-node job, the
+job then crashes, and it is restarted without that node, the Advice naming the XID."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from slurmjobs import VENV_BIN, job_fields, ledger, sbatch, wait_until
+
+from relaunch.actuator.domain.hostlists import expand
+
+pytestmark = pytest.mark.e2e
+
+
+def test_xid79_on_node2_restarts_the_job_without_node2(services):
+    job = sbatch(services, "flaky-train.sh", "relaunch:max_attempts=2", "--nodes=2", STEP_SECONDS="2")
+    fields = wait_until("the job to run on two nodes", lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f)
+    nodes = expand(fields["NodeList"])
+    assert len(nodes) == 2
+    bad = nodes[1]
+    out = subprocess.run([str(VENV_BIN / "relaunch"), "inject", "xid", "--node", bad, "--code", "79"],
+                         capture_output=True, text=True, env={**os.environ, **services}, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = wait_until("the restart", lambda: (r := ledger(job)) and r["advice"] and r["advice"][0]["status"] ==
+                        "CONVERGED" and r, timeout=60)
+    (advice,) = record["advice"]
+    assert advice["exclude_nodes"] == [bad]
+    assert any("XID 79" in ref and bad in ref for ref in advice["evidence_refs"]), advice["evidence_refs"]
+    final = wait_until("the second attempt to complete",
+                       lambda: (f := job_fields(job))["JobState"] == "COMPLETED" and f, timeout=60)
+    assert final["Restarts"] == "1" and bad not in expand(final["NodeList"]) and bad in final["ExcNodeList"]
+    subprocess.run([str(VENV_BIN / "relaunch"), "inject", "clear", "--node", bad], env={**os.environ, **services},
+                   capture_output=True, timeout=30)
+    time.sleep(0.5)
