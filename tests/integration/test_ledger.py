@@ -10,7 +10,7 @@ import pytest
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery
 from relaunch.common.schemas import Advice, AnomalyDetected, JobObserved, ReconcileStatus
-from relaunch.decider.adapters.ledger import Ledger
+from relaunch.decider.adapters.ledger import Ledger, migrations
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher
 
@@ -43,7 +43,7 @@ def anomaly(cluster, attempt=0):
 
 
 async def test_migrations_apply_once(ledger):
-    assert await ledger.migrate() == [1]
+    assert await ledger.migrate() == [version for version, _ in migrations()]
     assert await ledger.migrate() == []
 
 

@@ -97,3 +97,11 @@ def test_evidence_offsets_and_ranks_cover_every_rank_of_the_incident():
     assert anomaly.category == "cuda_oom" and anomaly.action == "stop" and not cascade
     assert anomaly.ranks == [3, 5]
     assert [e.offset for e in anomaly.evidence] == [100 + 7, 100 + 7 + len(lines[1]) + 1]
+
+
+def test_a_requeue_in_progress_is_not_a_failure_but_a_cancellation_is():
+    requeue = "slurmstepd: error: *** JOB 2 ON node1 CANCELLED AT 2026-11-29T16:40:01 DUE TO JOB REQUEUE ***"
+    assert crash_from_log(batch(["step 1", requeue]), CAT, ["node1"], NOW) is None
+    cancel = "slurmstepd: error: *** JOB 2 ON node1 CANCELLED AT 2026-11-29T16:40:01 ***"
+    anomaly, _ = crash_from_log(batch([cancel]), CAT, ["node1"], NOW)
+    assert anomaly.signature_id == "slurm_cancelled" and anomaly.action == "stop"
