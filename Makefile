@@ -38,4 +38,4 @@ test-unit: setup
 
 bench: setup
 	@bash scripts/stack.sh up
-	@source .run/env && $(PY) bench/recovery_latency.py --jobs 12 --parallel 4 --baseline
+	@source .run/env && $(PY) bench/recovery_latency.py --jobs 20 --parallel 4 --baseline

@@ -1,27 +1,48 @@
-"""Failure line -> job running again, measured on the running local stack (make up; source .run/env).
+"""Failure line -> Advice published, and failure line -> job running again, on the running local stack
+(make up; source .run/env).
 
 Submits N copies of examples/flaky-train.sh (each crashes once) opted in to relaunch, and, with
 --baseline, one more copy NOT opted in that this script requeues itself with a plain
 `scontrol requeue` the moment it fails: what Slurm offers without relaunch (its 120 s begin-time).
 Times come from the jobs' own log lines (date +%s.%N), so they include detection, decision and
-reconcile. Prints one JSON object.
+reconcile; the Advice time is when a subscriber on relaunch.advice.> received it (same machine, same
+clock). Prints one JSON object.
 
-    python bench/recovery_latency.py --jobs 12 --parallel 4 [--baseline]
+    python bench/recovery_latency.py --jobs 20 --parallel 4 [--baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from relaunch.client.events import EventStream
 from relaunch.client.narration import recovery_seconds
+from relaunch.common.schemas import Advice
+
+ADVICE_SEEN: dict[str, float] = {}
+"""job id -> when its first Advice reached our subscriber (time.time())."""
+
+
+def follow_advice(ready: threading.Event) -> None:
+    async def run() -> None:
+        async with EventStream(os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222"), "relaunch.advice.>") as s:
+            ready.set()
+            async for _, msg in s:
+                if isinstance(msg, Advice):
+                    ADVICE_SEEN.setdefault(msg.job_id, time.time())
+
+    asyncio.run(run())
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "flaky-train.sh"
@@ -43,7 +64,12 @@ def state(job: str) -> tuple[str, int]:
     return fields.get("JobState", "?"), int(fields.get("Restarts", "0") or 0)
 
 
-def run_one(i: int, requeue_myself: bool, timeout: float) -> float | None:
+def crash_time(log_text: str) -> float | None:
+    m = re.search(r"crashing at=([0-9.]+)", log_text)
+    return float(m.group(1)) if m else None
+
+
+def run_one(i: int, requeue_myself: bool, timeout: float) -> tuple[float | None, float | None]:
     comment = "bench-baseline" if requeue_myself else "relaunch:max_attempts=2"
     job, log = submit(comment, f"{'base' if requeue_myself else 'rl'}{i}")
     end = time.monotonic() + timeout
@@ -54,32 +80,49 @@ def run_one(i: int, requeue_myself: bool, timeout: float) -> float | None:
             subprocess.run(["scontrol", "requeue", job], check=True)
             requeued = True
         if st == "COMPLETED" and restarts >= 1:
-            return recovery_seconds(log.read_text(errors="replace"))
+            text = log.read_text(errors="replace")
+            crashed, advised = crash_time(text), ADVICE_SEEN.get(job)
+            to_advice = advised - crashed if crashed is not None and advised is not None else None
+            return recovery_seconds(text), to_advice
         time.sleep(0.1)
     print(f"job {job} did not finish within {timeout}s", file=sys.stderr)
-    return None
+    return None, None
+
+
+def summary(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    values = sorted(values)
+    p95 = values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
+    return {"n": len(values), "min": round(values[0], 3), "median": round(statistics.median(values), 3),
+            "p95": round(p95, 3), "max": round(values[-1], 3)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--baseline", action="store_true", help="also time one plain `scontrol requeue` (~2 min)")
     args = ap.parse_args()
+    ready = threading.Event()
+    threading.Thread(target=follow_advice, args=(ready,), daemon=True).start()
+    ready.wait(10)
     with ThreadPoolExecutor(max_workers=args.parallel + 1) as pool:
         base = pool.submit(run_one, 0, True, 300) if args.baseline else None
-        times = list(pool.map(lambda i: run_one(i, False, 120), range(args.jobs)))
-        baseline = base.result() if base else None
-    done = sorted(t for t in times if t is not None)
+        results = list(pool.map(lambda i: run_one(i, False, 120), range(args.jobs)))
+        baseline = base.result()[0] if base else None
+    to_running = summary([r for r, _ in results if r is not None])
+    to_advice = summary([a for _, a in results if a is not None])
     result = {
-        "jobs": args.jobs, "recovered": len(done),
-        "failure_to_running_s": {
-            "min": round(done[0], 2), "median": round(statistics.median(done), 2), "max": round(done[-1], 2),
-        } if done else None,
+        "jobs": args.jobs, "parallel": args.parallel,
+        "failure_to_running_s": to_running,
+        "failure_to_advice_s": to_advice,
         "baseline_plain_requeue_s": round(baseline, 2) if baseline else None,
+        "targets": {"speedup_vs_plain_requeue_min": 20, "failure_to_advice_p95_max_s": 0.3},
     }
-    if done and baseline:
-        result["speedup_median_vs_plain_requeue"] = round(baseline / statistics.median(done), 1)
+    if to_running and baseline:
+        result["speedup_median_vs_plain_requeue"] = round(baseline / to_running["median"], 1)
+        result["speedup_p95_vs_plain_requeue"] = round(baseline / to_running["p95"], 1)
     print(json.dumps(result, indent=2))
 
 
