@@ -1,14 +1,16 @@
 """The decider against a real Postgres (fresh database per test) and NATS: migrations, one decision
-per attempt under replays, the outbox."""
+per attempt under replays, the outbox, and what the policy rules read from the ledger (docs/policy.md)."""
 
 import asyncio
 import datetime as dt
+import json
 
 import asyncpg
 import pytest
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery
+from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Advice, AnomalyDetected, JobObserved, ReconcileStatus
 from relaunch.decider.adapters.ledger import Ledger, migrations
 from relaunch.decider.handlers import Decider
@@ -31,15 +33,16 @@ async def ledger(test_stack, unique):
     await admin.close()
 
 
-def observed(cluster, comment="relaunch:max_attempts=2", state="RUNNING", restarts=0):
+def observed(cluster, comment="relaunch:max_attempts=2", state="RUNNING", restarts=0, **kw):
     return JobObserved(cluster=cluster, job_id="5", name="train", state=state, restarts=restarts, nodes=["node1"],
-                       comment=comment, observed_at=NOW)
+                       comment=comment, observed_at=NOW, **kw)
 
 
-def anomaly(cluster, attempt=0):
-    return AnomalyDetected(anomaly_id=f"{cluster}.5.{attempt}.crash", cluster=cluster, job_id="5", attempt=attempt,
-                           kind="crash", source="log", signature_id="segfault", category="segfault",
-                           fault_domain="unknown", action="restart", summary="segfault", detected_at=NOW)
+def anomaly(cluster, attempt=0, **kw):
+    base = dict(anomaly_id=f"{cluster}.5.{attempt}.crash", cluster=cluster, job_id="5", attempt=attempt,
+                kind="crash", source="log", signature_id="segfault", category="segfault",
+                fault_domain="unknown", action="restart", summary="segfault", detected_at=NOW)
+    return AnomalyDetected(**{**base, **kw})
 
 
 async def test_migrations_apply_once(ledger):
@@ -112,3 +115,105 @@ async def test_decisions_on_one_job_are_serialised(ledger, unique):
     await a.on_job(observed(cluster), DELIVERY)
     await asyncio.gather(*(d.on_anomaly(anomaly(cluster), DELIVERY) for d in (a, b, a, b)))
     assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 1
+
+
+# --- what the policy rules read and write (migration 0003) ----------------------------------------------
+
+async def audits(ledger, cluster, action):
+    rows = await ledger.pool.fetch("SELECT detail FROM audit WHERE cluster=$1 AND action=$2 ORDER BY id",
+                                   cluster, action)
+    return [json.loads(r["detail"]) for r in rows]
+
+
+async def test_the_effective_policy_and_invalid_options_are_recorded_once_per_comment(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    loose = "relaunch:policy=pretrain,max_attempts=60"
+    for _ in range(2):  # the observer publishes every change; the same comment is one audit entry
+        await decider.on_job(observed(cluster, comment=loose), DELIVERY)
+    job = await ledger.pool.fetchrow("SELECT mode, policy_name, policy, option_errors FROM jobs WHERE cluster=$1",
+                                     cluster)
+    assert job["mode"] == "observe" and job["policy_name"] == "pretrain"
+    assert json.loads(job["policy"])["max_attempts"] == 50
+    assert "max_attempts=60 loosens policy 'pretrain'" in json.loads(job["option_errors"])[0]
+    entries = await audits(ledger, cluster, "options_invalid")
+    assert len(entries) == 1 and "loosens" in entries[0]["errors"][0]
+
+    await decider.on_job(observed(cluster, comment="relaunch:policy=nope"), DELIVERY)
+    assert len(await audits(ledger, cluster, "options_invalid")) == 2
+    await decider.on_job(observed(cluster, comment="relaunch:policy=pretrain,max_attempts=5"), DELIVERY)
+    job = await ledger.pool.fetchrow("SELECT mode, policy FROM jobs WHERE cluster=$1", cluster)
+    assert job["mode"] == "act" and json.loads(job["policy"])["max_attempts"] == 5
+
+
+async def test_history_keeps_the_attempt_timeline_steps_and_restarts_per_class(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, 0, fault_domain="hardware", category="ecc_error", last_step=100),
+                             DELIVERY)
+    await decider.on_job(observed(cluster, comment="relaunch", restarts=1), DELIVERY)
+    advice = await ledger.pool.fetchrow("SELECT fault_class FROM advice WHERE cluster=$1", cluster)
+    assert advice["fault_class"] == "hardware"
+    async with ledger.job_tx(cluster, "5") as tx:
+        history = await tx.history()
+    first, second = history.attempts
+    assert (first.index, first.high_step, first.state) == (0, 100, "REQUEUED") and first.ended_at is not None
+    assert first.started_at is not None and (second.index, second.high_step, second.ended_at) == (1, None, None)
+    assert [(r.attempt, r.generation, r.fault_class) for r in history.restarts] == [(0, 1, "hardware")]
+    assert history.restarts_by_class()["hardware"] == 1
+
+
+async def test_no_progress_across_attempts_stops_and_the_ledger_says_why(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, 0, fault_domain="infrastructure", last_step=1000), DELIVERY)
+    await decider.on_job(observed(cluster, comment="relaunch", restarts=1), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, 1, fault_domain="infrastructure", last_step=950), DELIVERY)
+    job = await ledger.pool.fetchrow("SELECT verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster)
+    assert job["verdict"] == "stopped" and "no further than the step 1000" in job["verdict_reason"]
+    [stop] = await audits(ledger, cluster, "stop")
+    assert stop["rule"] == "no_progress" and stop["attempt"] == 1 and stop["policy"] == "default"
+    assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 1
+    assert await ledger.pool.fetchval("SELECT last_step FROM anomalies WHERE cluster=$1 AND attempt=1", cluster) == 950
+
+
+async def test_exit_code_93_from_the_scheduler_is_never_restarted(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch", state="FAILED", exit_code=93), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, source="scheduler", signature_id="scheduler_failed",
+                                     category="scheduler_failed"), DELIVERY)
+    [stop] = await audits(ledger, cluster, "stop")
+    assert stop["rule"] == "do_not_restart"
+    assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0
+
+
+async def test_a_scheduler_failure_waits_a_little_for_its_own_observation(ledger, unique):
+    """The detector's anomaly may overtake the decider's copy of the observation that carries the exit code."""
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch"), DELIVERY)  # still RUNNING here
+    failed = anomaly(cluster, source="scheduler", signature_id="scheduler_failed", category="scheduler_failed")
+    with pytest.raises(TemporaryError):
+        await decider.on_anomaly(failed, DELIVERY)
+    assert await ledger.pool.fetchval("SELECT count(*) FROM anomalies WHERE cluster=$1", cluster) == 0
+    await decider.on_anomaly(failed, Delivery("s", 5, 1))  # bounded: then it decides on what it has
+    assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 1
+
+
+async def test_application_faults_are_not_restarted_by_default(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch:max_attempts=5"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, fault_domain="application", category="gpu_xid_application"), DELIVERY)
+    [stop] = await audits(ledger, cluster, "stop")
+    assert stop["rule"] == "class_budget" and stop["fault_class"] == "application"
+    assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0

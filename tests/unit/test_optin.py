@@ -1,4 +1,6 @@
-from relaunch.common.optin import parse_comment
+import pytest
+
+from relaunch.common.optin import GRAMMAR_VERSION, MAX_ERRORS, OptIn, parse_comment
 
 
 def test_plain_token_opts_in_with_defaults():
@@ -43,3 +45,75 @@ def test_hang_and_straggler_options():
     assert parse_comment("relaunch").get("straggler") == 0
     assert "on or off" in parse_comment("relaunch:straggler=maybe").errors[0]
     assert parse_comment("relaunch:hang_timeout=5").errors
+
+
+# --- grammar version 2 (docs/policy.md) -------------------------------------------------------------
+
+@pytest.mark.parametrize("comment, options", [
+    # Every version-1 comment means the same under version 2.
+    ("relaunch", {}),
+    ("relaunch:", {}),
+    ("relaunch:max_attempts=2", {"max_attempts": 2}),
+    ("relaunch:hang_timeout=600", {"hang_timeout": 600}),
+    ("relaunch:straggler=off", {"straggler": 0}),
+    ("relaunch:max_attempts=5,hang_timeout=600,straggler=on", {"max_attempts": 5, "hang_timeout": 600,
+                                                               "straggler": 1}),
+])
+def test_version_1_comments_are_unchanged(comment, options):
+    optin = parse_comment(comment)
+    assert GRAMMAR_VERSION == 2
+    assert optin.opted_in and not optin.errors and optin.options == options and optin.policy is None
+
+
+def test_a_comment_names_a_policy_and_tightening_options():
+    optin = parse_comment("relaunch:policy=pretrain,max_attempts=5,straggler=on,exclude=on")
+    assert not optin.errors and optin.policy == "pretrain"
+    assert optin.options == {"max_attempts": 5, "straggler": 1, "exclude": 1}
+    assert "policy" not in optin.options  # numeric readers (the detector) never meet a string
+    optin = parse_comment("relaunch:exclude=off,max_exclude=1,time_limit=off,preemption=OFF")
+    assert not optin.errors and optin.options == {"exclude": 0, "max_exclude": 1, "time_limit": 0, "preemption": 0}
+
+
+@pytest.mark.parametrize("comment, words", [
+    ("relaunch:policy=", "must be a policy name"),
+    ("relaunch:policy=Pretrain", "must be a policy name"),
+    ("relaunch:policy=a/b", "must be a policy name"),
+    ("relaunch:policy=" + "p" * 33, "must be a policy name"),
+    ("relaunch:policy=a,policy=b", "policy is given twice"),
+    ("relaunch:exclude=maybe", "exclude must be on or off"),
+    ("relaunch:max_exclude=65", "max_exclude must be an integer from 0 to 64"),
+    ("relaunch:time_limit=2", "time_limit must be on or off"),
+    ("relaunch:budget=3", "unknown option 'budget'"),
+])
+def test_malformed_version_2_options_are_errors_that_say_what_is_wrong(comment, words):
+    optin = parse_comment(comment)
+    assert optin.opted_in and optin.observe_only and words in " ".join(optin.errors), optin.errors
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "３", "-1", "+2", " 2", "2.0", "0x2", "1e2", "9" * 5000, ""])
+def test_numbers_are_plain_ascii_digits_and_never_raise(value):
+    optin = parse_comment(f"relaunch:max_attempts={value}")
+    assert optin.observe_only and "max_attempts must be an integer" in optin.errors[0]
+    assert len(optin.errors[0]) < 200  # the value is cut before it is quoted
+
+
+def test_hostile_comments_cannot_flood_the_errors_or_smuggle_control_characters():
+    flood = parse_comment("relaunch:" + ",".join(f"k{i}=v" for i in range(2000)))
+    assert flood.observe_only and len(flood.errors) == MAX_ERRORS + 1 and "more errors" in flood.errors[-1]
+    sneaky = parse_comment("relaunch:policy=\x1b[31mred,colour\x07=x\u202e")
+    text = " ".join(sneaky.errors)
+    assert sneaky.observe_only and "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    nul = parse_comment("relaunch:max_attempts=2\x00,straggler=on")
+    assert nul.observe_only and "\\x00" in nul.errors[0]
+
+
+def test_options_past_the_cut_are_not_read():
+    optin = parse_comment("x" * 5000 + " relaunch:max_attempts=2")
+    assert not optin.opted_in
+
+
+def test_optin_keeps_its_v1_construction_and_accessors():
+    optin = OptIn(True, {"max_attempts": 4})
+    assert optin.max_attempts == 4 and optin.get("straggler") == 0 and optin.get("exclude") == 1
+    assert not optin.observe_only and optin.policy is None
+    assert not OptIn(False).observe_only

@@ -120,6 +120,9 @@ class AnomalyDetected(Message):
     ranks: list[int] = Field(default=[], description="global ranks the evidence names (additive in v1)")
     evidence: list[EvidenceLine] = []
     detected_at: dt.datetime
+    # Additive in v1 (the decider's progress and do-not-restart rules read them; None: not known):
+    last_step: int | None = Field(None, ge=0, description="the highest training step this attempt reached")
+    exit_code: int | None = Field(None, description="the attempt's exit code, when the scheduler reported one")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

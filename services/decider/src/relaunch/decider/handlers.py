@@ -9,24 +9,33 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
+from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
-from .adapters.ledger import Ledger
+from .adapters.ledger import FINAL_STATES, Ledger
 from .domain import attribution
+from .domain.policies import PolicySet, resolve
 from .domain.policy import decide
 from .outbox import OutboxPublisher
+from .policy_file import load_policies
 
 log = logging.getLogger(__name__)
 
 DECISIONS = Counter("relaunch_decisions_total", "Decisions taken", ["kind", "rule"])
 
+WAIT_FOR_EXIT_CODE_DELIVERIES = 5
+"""A failure the scheduler reported is decided only once the decider's own copy of that observation
+(with its exit code: 93 means do not restart) is in the ledger, or after this many deliveries. The
+two travel on different consumers, so either may come first."""
+
 
 class Decider:
-    def __init__(self, ledger: Ledger, outbox: OutboxPublisher) -> None:
+    def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None) -> None:
         self.ledger, self.outbox = ledger, outbox
+        self.policies = policies if policies is not None else load_policies()
 
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
-        await self.ledger.record_observation(obs)
+        await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         now = utcnow()
@@ -34,15 +43,24 @@ class Decider:
             if not tx.row.get("comment"):
                 # The observer publishes JobObserved before any anomaly can exist; wait for it.
                 raise TemporaryError("job not observed yet; its policy is unknown", delay=1.0)
+            history = await tx.history()
+            record = history.attempt(anomaly.attempt)
+            if (anomaly.source == "scheduler" and anomaly.exit_code is None
+                    and (record is None or record.state not in FINAL_STATES)
+                    and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
+                raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
             await tx.save_anomaly(anomaly)
-            policy = tx.policy()
+            if anomaly.last_step is not None or anomaly.exit_code is not None:
+                history = await tx.history()  # the anomaly's step and exit code are now the attempt's
+            # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
+            policy = resolve(parse_comment(tx.row["comment"]), self.policies)
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
             suspects = attribution.attribute(anomaly, job_nodes, events, now)
-            decision = decide(await tx.history(), anomaly, policy, now, suspects)
+            decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
             detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
-                      "anomaly": anomaly.anomaly_id}
+                      "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
             key = f"decider.{anomaly.anomaly_id}"
             if decision.kind == "none":
                 return
@@ -65,7 +83,7 @@ class Decider:
                 policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
             )
             msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
-            await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id)
+            await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id, decision.fault_class)
             await tx.audit("restart", {**detail, "generation": advice.generation}, key, now)
             log.info("job %s/%s attempt %d: restart, advice generation %d", anomaly.cluster, anomaly.job_id,
                      anomaly.attempt, advice.generation)

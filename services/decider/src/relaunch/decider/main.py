@@ -12,8 +12,10 @@ from relaunch.common.service import run_service, setup_logging
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.ledger import Ledger
+from .domain.policies import PolicyFileError
 from .handlers import Decider
 from .outbox import OutboxPublisher
+from .policy_file import load_policies
 from .settings import DeciderSettings
 
 log = logging.getLogger(__name__)
@@ -23,13 +25,16 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DeciderSettings)
     setup_logging("decider", common.log_level)
+    # Validated before anything connects: a bad policy file is an operator's mistake to fix, not a retry.
+    policies = load_policies(settings.policy_file)
+    log.info("policies from %s: %s (default %s)", policies.source, ", ".join(policies.names()), policies.default)
     ledger = await Ledger.connect(common.database_url)
     applied = await ledger.migrate()
     if applied:
         log.info("applied ledger migrations %s", applied)
     bus = await Bus.connect(common.nats_url, "decider")
     outbox = OutboxPublisher(bus, ledger, settings.outbox_interval_s)
-    decider = Decider(ledger, outbox)
+    decider = Decider(ledger, outbox, policies)
     db_ok = {"value": True}
 
     async def watch_db(stop: asyncio.Event) -> None:
@@ -57,4 +62,7 @@ async def amain() -> None:
 
 
 def main() -> None:
-    asyncio.run(amain())
+    try:
+        asyncio.run(amain())
+    except PolicyFileError as exc:  # printed on stderr, exit status 1
+        raise SystemExit(f"relaunch decider: {exc}") from None

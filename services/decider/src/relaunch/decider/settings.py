@@ -12,3 +12,6 @@ class DeciderSettings(ServiceSettings):
 
     outbox_interval_s: float = 1.0
     """How often unpublished outbox rows are looked for (besides a kick after each commit)."""
+    policy_file: str = ""
+    """The operator's policy file (TOML, docs/policy.md); empty: the built-in policies.toml of this
+    package. Read and validated once at start: an invalid file stops the decider, naming the key."""

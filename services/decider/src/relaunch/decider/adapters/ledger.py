@@ -8,6 +8,7 @@ Concurrency: every decision for a job runs in one transaction holding that job's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -23,12 +24,17 @@ from relaunch.common.schemas import (
 )
 
 from ..domain.attribution import NodeEvent
-from ..domain.policy import History, Policy
+from ..domain.history import AttemptRecord, History, RestartRecord
+from ..domain.policy import Policy
 
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK = 7_341_001
 """pg_advisory_lock key: one decider at a time applies migrations."""
+
+FINAL_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+                          "COMPLETED", "CANCELLED", "REQUEUED"})
+"""Attempt states that say the attempt has ended (REQUEUED: this ledger's mark of an attempt Slurm restarted)."""
 
 _UNAVAILABLE = (OSError, asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.ConnectionDoesNotExistError,
                 asyncpg.exceptions.InterfaceError, asyncpg.exceptions.TooManyConnectionsError,
@@ -104,31 +110,44 @@ class Ledger:
         except _UNAVAILABLE as exc:
             raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
 
-    async def record_observation(self, obs: JobObserved) -> None:
+    async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
+        """`policy` is the job's effective policy, resolved from its comment by the caller. Invalid
+        options get one audit entry per distinct comment, saying exactly what was wrong."""
         optin = parse_comment(obs.comment)
+        final = obs.state in FINAL_STATES
         async with self.job_tx(obs.cluster, obs.job_id) as tx:
             await tx.conn.execute(
                 """UPDATE jobs SET name=$3, comment=$4, partition=$5, options=$6, option_errors=$7, mode=$8,
-                       state=$9, reason=$10, restarts=GREATEST(restarts, $11), updated_at=now()
+                       state=$9, reason=$10, restarts=GREATEST(restarts, $11), policy_name=$12, policy=$13,
+                       updated_at=now()
                    WHERE cluster=$1 AND job_id=$2""",
                 obs.cluster, obs.job_id, obs.name, obs.comment[:4096], obs.partition,
-                json.dumps(optin.options), json.dumps(list(optin.errors)),
-                "observe" if optin.observe_only else "act", obs.state, obs.reason, obs.restarts,
+                json.dumps(optin.options), json.dumps(list(policy.option_errors)),
+                "observe" if policy.observe_only else "act", obs.state, obs.reason, obs.restarts,
+                policy.name, json.dumps(policy.as_dict()),
             )
             await tx.conn.execute(
-                """INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code) VALUES ($1,$2,$3,$4,$5,$6)
+                """INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code, ended_at)
+                   VALUES ($1,$2,$3,$4,$5,$6,$7)
                    ON CONFLICT (cluster, job_id, idx) DO UPDATE SET state=EXCLUDED.state,
                        nodes=CASE WHEN cardinality(EXCLUDED.nodes) > 0 THEN EXCLUDED.nodes ELSE attempts.nodes END,
-                       exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code), updated_at=now()""",
+                       exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code),
+                       ended_at=COALESCE(attempts.ended_at, EXCLUDED.ended_at), updated_at=now()""",
                 obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
+                obs.observed_at if final else None,
             )
             # A requeued job's earlier attempt ended with a failure that Slurm no longer reports.
             await tx.conn.execute(
-                """UPDATE attempts SET state='REQUEUED', updated_at=now()
+                """UPDATE attempts SET state='REQUEUED', ended_at=COALESCE(ended_at, $4), updated_at=now()
                    WHERE cluster=$1 AND job_id=$2 AND idx < $3 AND state NOT IN
                    ('FAILED','NODE_FAIL','TIMEOUT','OUT_OF_MEMORY','BOOT_FAIL','PREEMPTED','REQUEUED')""",
-                obs.cluster, obs.job_id, obs.restarts,
+                obs.cluster, obs.job_id, obs.restarts, obs.observed_at,
             )
+            if policy.option_errors:
+                digest = hashlib.sha256(obs.comment.encode("utf-8", "replace")).hexdigest()[:16]
+                await tx.audit("options_invalid", {"errors": list(policy.option_errors), "policy": policy.name,
+                                                   "mode": "observe"},
+                               f"decider.options.{obs.cluster}.{obs.job_id}.{digest}", obs.observed_at)
 
     async def record_reconcile(self, status: ReconcileStatus, dedupe_key: str) -> None:
         async with self.job_tx(status.cluster, status.job_id) as tx:
@@ -200,26 +219,28 @@ class JobTx:
     def __init__(self, conn: asyncpg.Connection, cluster: str, job_id: str, row: dict) -> None:
         self.conn, self.cluster, self.job_id, self.row = conn, cluster, job_id, row
 
-    def policy(self) -> Policy:
-        optin = parse_comment(self.row.get("comment") or "")
-        if not self.row.get("comment"):
-            # Anomaly before any observation (should not happen: the observer publishes first).
-            return Policy(observe_only=True, option_errors=("the job has not been observed yet",))
-        return Policy(max_attempts=optin.max_attempts, straggler=bool(optin.get("straggler")),
-                      observe_only=optin.observe_only, option_errors=optin.errors)
-
     async def history(self) -> History:
-        rows = await self.conn.fetch("SELECT attempt, generation FROM advice WHERE cluster=$1 AND job_id=$2",
-                                     self.cluster, self.job_id)
+        rows = await self.conn.fetch(
+            "SELECT attempt, generation, fault_class, issued_at, operation FROM advice "
+            "WHERE cluster=$1 AND job_id=$2 ORDER BY generation", self.cluster, self.job_id)
         stopped = await self.conn.fetch(
             "SELECT detail FROM audit WHERE cluster=$1 AND job_id=$2 AND service='decider' AND action IN ('stop', 'observe')",
             self.cluster, self.job_id)
+        attempts = await self.conn.fetch(
+            "SELECT idx, state, exit_code, high_step, first_seen, ended_at FROM attempts "
+            "WHERE cluster=$1 AND job_id=$2 ORDER BY idx", self.cluster, self.job_id)
         decided = {r["attempt"] for r in rows}
         decided |= {json.loads(r["detail"]).get("attempt", -1) for r in stopped}
         return History(
             decided_attempts=frozenset(decided),
             last_generation=max((r["generation"] for r in rows), default=0),
             user_cancelled=self.row.get("state") == "CANCELLED",
+            attempts=tuple(AttemptRecord(index=r["idx"], started_at=r["first_seen"], ended_at=r["ended_at"],
+                                         high_step=r["high_step"], exit_code=r["exit_code"], state=r["state"])
+                           for r in attempts),
+            restarts=tuple(RestartRecord(attempt=r["attempt"], generation=r["generation"],
+                                         fault_class=r["fault_class"], at=r["issued_at"])
+                           for r in rows if r["operation"] == "restart"),
         )
 
     async def attempt_nodes(self, attempt: int) -> list[str]:
@@ -236,22 +257,33 @@ class JobTx:
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
         inserted = await self.conn.fetchval(
             """INSERT INTO anomalies (anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category,
-                   fault_domain, action, summary, nodes, evidence, detected_at)
-               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) ON CONFLICT (anomaly_id) DO NOTHING
+                   fault_domain, action, summary, nodes, evidence, detected_at, last_step, exit_code)
+               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT (anomaly_id) DO NOTHING
                RETURNING anomaly_id""",
             a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
             a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
-            a.detected_at,
+            a.detected_at, a.last_step, a.exit_code,
         )
+        if a.last_step is not None or a.exit_code is not None:
+            # The attempt's record keeps the highest step any report gave (GREATEST skips NULL); the
+            # scheduler's own exit code, when the observer recorded one, wins over the anomaly's copy.
+            await self.conn.execute(
+                """INSERT INTO attempts (cluster, job_id, idx, high_step, exit_code) VALUES ($1,$2,$3,$4,$5)
+                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET
+                       high_step=GREATEST(attempts.high_step, EXCLUDED.high_step),
+                       exit_code=COALESCE(attempts.exit_code, EXCLUDED.exit_code), updated_at=now()""",
+                a.cluster, a.job_id, a.attempt, a.last_step, a.exit_code,
+            )
         return inserted is not None
 
-    async def save_advice(self, advice: Advice, subject: str, msg_id: str) -> None:
+    async def save_advice(self, advice: Advice, subject: str, msg_id: str, fault_class: str = "unknown") -> None:
         await self.conn.execute(
             """INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
-                   evidence_refs, policy, issued_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)""",
+                   evidence_refs, policy, issued_at, expires_at, fault_class)
+               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)""",
             advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
             advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
-            advice.issued_at, advice.expires_at,
+            advice.issued_at, advice.expires_at, fault_class,
         )
         await self.conn.execute("INSERT INTO outbox (subject, msg_id, payload) VALUES ($1,$2,$3)",
                                 subject, msg_id, dump(advice))

@@ -1,45 +1,108 @@
-"""decide(history, anomaly, policy, now) -> Decision. Pure; every stop names its rule.
+"""decide(history, anomaly, policy, now, suspects) -> Decision. Pure; every stop names its rule.
 
-Here the policy knows `max_attempts` (attempts in all, the first included), the anomaly's own
-action (`stop` for faults that a restart cannot fix), observe-only jobs, straggler recovery as an
-opt-in (otherwise a straggler is only reported), and that one attempt gets at most one decision.
+The rules, in the order they are tried (the first that applies decides; docs/policy.md lists them):
+  already_decided        one attempt gets one decision (a second incident joins the first)
+  observe_only           the job's options are invalid: it is only observed
+  straggler_report_only  straggler recovery is off for the job: a straggler is only reported
+  user_cancelled         someone cancelled the job: never restarted
+  do_not_restart         the resiliency extension's exit code 93 (or its log line): never restarted
+  time_limit, preemption Slurm's time limit / a preemption, when the policy does not restart them
+  fault_not_restartable  the signature says a restart would fail the same way (action stop)
+  max_attempts           attempts in all, the first included
+  class_budget           restarts per failure class (application and resource: none by default)
+  restart_storm          K restarts within T and the job got no further than before them (not for
+                         time limits and preemptions, which are the scheduler's doing)
+  no_progress            the step reached did not pass the best step of the attempts before it (not
+                         for a preemption: the attempt may not have had the time)
+  within_budget          restart, leaving out the nodes attribution blames (capped)
+
+A straggling job is still running, so a rule that refuses to restart it reports instead of stopping:
+relaunch keeps watching it. Steps and exit codes come from the anomaly when the detector knows them,
+else from the ledger's record of the attempt.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from relaunch.common.schemas import AnomalyDetected
 
 from .attribution import Suspect
+from .history import FAULT_CLASSES, AttemptRecord, History, RestartRecord, fault_class
+
+__all__ = ["ADVICE_TTL", "DO_NOT_RESTART_EXIT", "AttemptRecord", "Budgets", "Decision", "History", "Policy",
+           "RestartRecord", "decide"]
 
 ADVICE_TTL = dt.timedelta(minutes=30)
 """An Advice not carried out within this time is abandoned as expired."""
+DO_NOT_RESTART_EXIT = 93
+"""NVIDIA resiliency extension: a rank that exits with this code asks that the job not be restarted."""
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Restarts relaunch may advise per failure class over a job's life. The defaults are the
+    built-in `default` policy's (policies.toml restates them; a test keeps the two equal)."""
+
+    hardware: int = 5
+    infrastructure: int = 5
+    application: int = 0
+    """Application faults (the job's own code or data) fail the same way again: stop by default."""
+    resource: int = 0
+    """Out of host memory, disk, shared memory: the same job asks for the same again."""
+    scheduler: int = 10
+    """Time limits and preemptions: routine for long runs that checkpoint."""
+    unknown: int = 2
+    hang: int = 2
+    straggler: int = 1
+
+    def of(self, klass: str) -> int:
+        return getattr(self, klass) if klass in FAULT_CLASSES else self.unknown
 
 
 @dataclass(frozen=True)
 class Policy:
+    """One operator policy, or (after resolve()) the effective policy of one job."""
+
     max_attempts: int = 3
+    """Attempts in all, the first included, for a job whose comment does not say."""
+    max_attempts_cap: int = 100
+    """The most a job may ask for with max_attempts=N (100: every version-1 comment stays valid)."""
     straggler: bool = False
     """Restart on a straggler (opt-in per job); otherwise a straggler is only reported."""
     observe_only: bool = False
     option_errors: tuple[str, ...] = ()
     max_exclude: int = 2
-    """At most this many nodes are excluded per job (a cap on the blast radius of one attribution)."""
+    """At most this many nodes are left out of one restart (a cap on the blast radius of one attribution)."""
+    name: str = "default"
+    budgets: Budgets = Budgets()
+    storm_restarts: int = 3
+    """K: this many restarts within storm_window_s without progress stop the job (0: no storm rule)."""
+    storm_window_s: int = 3600
+    stop_without_progress: bool = True
+    restart_on_time_limit: bool = True
+    restart_on_preemption: bool = True
+    straggler_allowed: bool = True
+    """Whether a job may turn straggler recovery on (straggler=on); the operator's "off" forbids it."""
+    hang_timeout: int = 0
+    """The job's hang_timeout=S: seconds without progress before a hang, at least (0: calibrated by the detector)."""
+    hang_timeout_cap: int = 0
+    """The longest hang_timeout a job may ask for (0: no cap): how long a hung job may hold its GPUs."""
 
-    def as_dict(self) -> dict[str, int | bool]:
-        return {"max_attempts": self.max_attempts, "straggler": self.straggler, "observe_only": self.observe_only}
-
-
-@dataclass(frozen=True)
-class History:
-    """What the ledger knows of the job when the anomaly arrives."""
-
-    decided_attempts: frozenset[int] = field(default_factory=frozenset)
-    last_generation: int = 0
-    user_cancelled: bool = False
+    def as_dict(self) -> dict[str, int | str | bool]:
+        """Flat, as Advice.policy and the ledger carry it."""
+        out: dict[str, int | str | bool] = {
+            "policy": self.name, "max_attempts": self.max_attempts, "straggler": self.straggler,
+            "observe_only": self.observe_only, "max_exclude": self.max_exclude,
+            "storm_restarts": self.storm_restarts, "storm_window_s": self.storm_window_s,
+            "stop_without_progress": self.stop_without_progress,
+            "restart_on_time_limit": self.restart_on_time_limit,
+            "restart_on_preemption": self.restart_on_preemption, "hang_timeout": self.hang_timeout,
+        }
+        out.update({f"budget_{f.name}": getattr(self.budgets, f.name) for f in fields(self.budgets)})
+        return out
 
 
 @dataclass(frozen=True)
@@ -50,6 +113,7 @@ class Decision:
     generation: int = 0
     exclude_nodes: tuple[str, ...] = ()
     expires_at: dt.datetime | None = None
+    fault_class: str = "unknown"
 
 
 def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
@@ -57,34 +121,96 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     """`suspects` come from attribution; those confident enough are excluded (capped by policy).
     None (no attribution ran) falls back to the anomaly's own node hints."""
     attempt = anomaly.attempt
+    klass = fault_class(anomaly)
+
+    def stop(rule: str, reason: str) -> Decision:
+        return Decision("report" if anomaly.kind == "straggler" else "stop", rule, reason, fault_class=klass)
+
     if attempt in history.decided_attempts:
-        return Decision("none", "already_decided", f"attempt {attempt} already has a decision")
+        return Decision("none", "already_decided", f"attempt {attempt} already has a decision", fault_class=klass)
     if policy.observe_only:
         return Decision("observe", "observe_only",
                         "the job's relaunch options are invalid, so it is only observed: "
-                        + "; ".join(policy.option_errors))
+                        + "; ".join(policy.option_errors), fault_class=klass)
     if anomaly.kind == "straggler" and not policy.straggler:
         return Decision("report", "straggler_report_only",
                         f"straggler reported, not acted on (the job's comment does not say straggler=on): "
-                        f"{anomaly.summary}")
-    if history.user_cancelled:
-        return Decision("stop", "user_cancelled", "the job was cancelled by a user; relaunch never restarts that")
+                        f"{anomaly.summary}", fault_class=klass)
+    if history.user_cancelled or anomaly.category == "slurm_cancelled":
+        return stop("user_cancelled", "the job was cancelled by a user; relaunch never restarts that")
+    record = history.attempt(attempt)
+    exit_code = anomaly.exit_code if anomaly.exit_code is not None else record.exit_code if record else None
+    if exit_code == DO_NOT_RESTART_EXIT or anomaly.category == "do_not_restart":
+        how = f"exited with code {DO_NOT_RESTART_EXIT}" if exit_code == DO_NOT_RESTART_EXIT else "logged it"
+        return stop("do_not_restart", f"the job asked not to be restarted (attempt {attempt} {how}: "
+                                      "the resiliency extension's do-not-restart verdict)")
+    if anomaly.category == "slurm_time_limit" and not policy.restart_on_time_limit:
+        return stop("time_limit", f"the job reached Slurm's time limit and policy {policy.name!r} does not "
+                                  "restart after a time limit (time_limit=off)")
+    if anomaly.category == "slurm_preempted" and not policy.restart_on_preemption:
+        return stop("preemption", f"the job was preempted and policy {policy.name!r} does not restart after "
+                                  "a preemption (preemption=off)")
     if anomaly.action == "stop":
-        return Decision("stop", "fault_not_restartable",
-                        f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
+        return stop("fault_not_restartable",
+                    f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
     used = attempt + 1
     if used >= policy.max_attempts:
-        return Decision("stop", "max_attempts",
-                        f"max_attempts={policy.max_attempts} reached: attempt {used} of {policy.max_attempts} "
-                        f"failed ({anomaly.category})")
+        return stop("max_attempts", f"max_attempts={policy.max_attempts} reached: attempt {used} of "
+                                    f"{policy.max_attempts} failed ({anomaly.category})")
+    spent, budget = history.restarts_by_class()[klass], policy.budgets.of(klass)
+    if spent >= budget:
+        return stop("class_budget", f"{anomaly.category} is a {klass} fault and policy {policy.name!r} allows "
+                                    f"{budget} {klass} restart(s) per job; {spent} already made")
+    steps = [s for s in (anomaly.last_step, record.high_step if record else None) if s is not None]
+    step = max(steps, default=None)
+    # Time limits and preemptions are the scheduler's doing, not a crash loop: no storm. A preempted
+    # attempt may simply not have had the time to get further: no progress rule either.
+    storm = "" if klass == "scheduler" else _storm(history, attempt, step, policy, now)
+    if storm:
+        return stop("restart_storm", storm)
+    if policy.stop_without_progress and attempt >= 1 and step is not None and anomaly.category != "slurm_preempted":
+        before = history.high_step(0, attempt - 1)
+        if before is not None and step <= before:
+            return stop("no_progress", f"attempt {attempt} reached step {step}, no further than the step {before} "
+                                       "reached before the last restart: restarting again would repeat it")
+    return _restart(history, anomaly, policy, now, suspects, klass, spent, budget)
+
+
+def _storm(history: History, attempt: int, step: int | None, policy: Policy, now: dt.datetime) -> str:
+    """Why the recent restarts are a storm, or '' when they are not. Restarts after a time limit or a
+    preemption do not count. Progress is a step past the best one reached before the storm's first
+    restart; no step reported since then is no progress."""
+    if policy.storm_restarts <= 0:
+        return ""
+    window = dt.timedelta(seconds=policy.storm_window_s)
+    recent = [r for r in history.restarts if now - r.at <= window and r.fault_class != "scheduler"]
+    if len(recent) < policy.storm_restarts:
+        return ""
+    first = min(r.attempt for r in recent)
+    before = history.high_step(0, first)
+    later = [s for s in (history.high_step(first + 1, attempt), step) if s is not None]
+    after = max(later, default=None)
+    if after is not None and (before is None or after > before):
+        return ""
+    progress = ("no step reported since" if after is None
+                else f"best step {after} since, against {before} before")
+    return (f"{len(recent)} restarts already within {policy.storm_window_s} s (policy {policy.name!r} allows "
+            f"{policy.storm_restarts} without progress) and no progress: {progress}")
+
+
+def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
+             suspects: tuple[Suspect, ...] | None, klass: str, spent: int, budget: int) -> Decision:
+    cap = policy.max_exclude
     if suspects is not None:
-        exclude = tuple(s.node for s in suspects if s.excluded)[: policy.max_exclude]
+        exclude = tuple(s.node for s in suspects if s.excluded)[:cap]
     else:
-        exclude = tuple(anomaly.nodes) if anomaly.action == "restart_excluding" else ()
+        exclude = tuple(anomaly.nodes)[:cap] if anomaly.action == "restart_excluding" else ()
     why = "".join(f"; without {s.node}: {', '.join(s.reasons)}" for s in suspects or () if s.node in exclude)
+    used = anomaly.attempt + 1
     return Decision(
         "restart", "within_budget",
-        f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts})"
-        + why,
+        f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts}; "
+        f"{klass} restart {spent + 1} of {budget})" + why,
         generation=history.last_generation + 1, exclude_nodes=exclude, expires_at=now + ADVICE_TTL,
+        fault_class=klass,
     )
