@@ -61,6 +61,7 @@ async def test_hang_is_reported_once_by_two_replicas(replicas):
         await tracker.sweep_once(last + dt.timedelta(seconds=15))
     (hang,) = await anomalies(bus, cluster, "8")
     assert hang.kind == "hang" and hang.attempt == 0 and hang.nodes == ["node1"] and "since step 8" in hang.summary
+    assert hang.last_step == 8
 
 
 async def test_new_attempt_starts_fresh_and_a_drop_is_a_straggler(replicas):

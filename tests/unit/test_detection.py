@@ -66,6 +66,7 @@ def test_scheduler_fallback_when_no_line_explains():
                       nodes=["node3"], exit_code=3, observed_at=NOW)
     anomaly = crash_from_scheduler(obs, NOW)
     assert anomaly.source == "scheduler" and anomaly.attempt == 2 and "exit code 3" in anomaly.summary
+    assert anomaly.exit_code == 3
     assert crash_from_scheduler(obs.model_copy(update={"state": "COMPLETED"}), NOW) is None
 
 

@@ -146,6 +146,10 @@ class Detector:
             await self.state.untrack(c, job)
 
     async def _publish(self, anomaly: AnomalyDetected) -> None:
+        if anomaly.last_step is None:
+            step = await self.tracker.last_step(anomaly.job_id, anomaly.attempt)
+            if step is not None:
+                anomaly = anomaly.model_copy(update={"last_step": step})
         await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
                                msg_id=anomaly.anomaly_id)
         await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,

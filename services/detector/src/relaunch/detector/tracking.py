@@ -126,7 +126,7 @@ class ProgressTracker:
                 anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
                 attempt=attempt, kind="hang", source="progress", signature_id="hang_no_progress", category="hang",
                 fault_domain="unknown", action="restart", summary=found.reason[:2000],
-                nodes=parse_nodes(info.get("nodes")), detected_at=now,
+                nodes=parse_nodes(info.get("nodes")), detected_at=now, last_step=hang_state.high_step,
             ))
 
     async def _straggler(self, job_id: str, attempt: int, found: stragglers.Straggler, info: dict,
@@ -139,7 +139,16 @@ class ProgressTracker:
             category="straggler", fault_domain="unknown",
             action="restart_excluding" if found.node else "restart", summary=found.reason[:2000],
             nodes=[found.node] if found.node else [], detected_at=at,
+            last_step=await self.last_step(job_id, attempt),
         ))
+
+    async def last_step(self, job_id: str, attempt: int) -> int | None:
+        """The highest step the attempt reached, as far as this detector saw (for the decider's
+        no-progress rules)."""
+        data = await self.state.progress(self.cluster, job_id)
+        if data is None or data.get("attempt") != attempt:
+            return None
+        return hangs.HangState.from_dict(data["hang"]).high_step
 
     async def _publish(self, anomaly: AnomalyDetected) -> None:
         await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,

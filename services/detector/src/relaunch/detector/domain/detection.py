@@ -83,5 +83,5 @@ def crash_from_scheduler(observed: JobObserved, now: dt.datetime) -> AnomalyDete
         job_id=observed.job_id, attempt=observed.restarts, kind="crash", source="scheduler",
         signature_id=f"scheduler_{observed.state.lower()}", category=category, fault_domain=domain,
         action=action, summary=f"{summary}: Slurm reports {observed.state} reason={observed.reason}{exit_note}",
-        nodes=observed.nodes, evidence=[], detected_at=now,
+        nodes=observed.nodes, evidence=[], exit_code=observed.exit_code, detected_at=now,
     )
