@@ -217,3 +217,20 @@ async def test_application_faults_are_not_restarted_by_default(ledger, unique):
     [stop] = await audits(ledger, cluster, "stop")
     assert stop["rule"] == "class_budget" and stop["fault_class"] == "application"
     assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0
+
+
+async def test_node_history_across_jobs_reaches_attribution(ledger, unique):
+    """Two other jobs were restarted without node1: a third job failing on node1 excludes it too."""
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    for job in ("7", "8"):
+        async with ledger.job_tx(cluster, job) as tx:
+            await tx.conn.execute(
+                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+                "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, job, ["node1"])
+    await decider.on_job(observed(cluster, comment="relaunch:max_attempts=3"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster), DELIVERY)
+    row = await ledger.pool.fetchrow("SELECT exclude_nodes, evidence_refs FROM advice WHERE cluster=$1 AND job_id='5'",
+                                     cluster)
+    assert row["exclude_nodes"] == ["node1"] and "other jobs" in row["evidence_refs"]

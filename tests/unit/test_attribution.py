@@ -45,3 +45,10 @@ def test_exclusions_are_capped():
     events = [NodeEvent(f"node{i}", "failed", ("XID 48",), NOW) for i in range(1, 5)]
     suspects = attribute(anomaly(), [f"node{i}" for i in range(1, 5)], events, NOW)
     assert len(decide(History(), anomaly(), Policy(max_exclude=2), NOW, suspects).exclude_nodes) == 2
+
+
+def test_a_node_excluded_for_several_other_jobs_is_suspect_for_everyone():
+    history = {"node3": ("101", "102"), "node1": ("103",)}
+    suspects = attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=history)
+    assert [(s.node, s.excluded) for s in suspects] == [("node3", True)]
+    assert "2 other jobs" in suspects[0].reasons[0] and "101, 102" in suspects[0].reasons[0]

@@ -56,7 +56,8 @@ class Decider:
             policy = resolve(parse_comment(tx.row["comment"]), self.policies)
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
-            suspects = attribution.attribute(anomaly, job_nodes, events, now)
+            node_history = await tx.node_history(job_nodes, now - attribution.HISTORY_WINDOW)
+            suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history)
             decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
             detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,

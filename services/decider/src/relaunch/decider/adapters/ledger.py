@@ -248,6 +248,14 @@ class JobTx:
                                          self.cluster, self.job_id, attempt)
         return list(nodes or [])
 
+    async def node_history(self, nodes: list[str], since) -> dict[str, tuple[str, ...]]:
+        """node -> the OTHER jobs of this cluster whose Advice excluded it since `since`."""
+        rows = await self.conn.fetch(
+            """SELECT n AS node, array_agg(DISTINCT job_id) AS jobs FROM advice, unnest(exclude_nodes) AS n
+               WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND n = ANY($4) GROUP BY n""",
+            self.cluster, self.job_id, since, nodes)
+        return {r["node"]: tuple(r["jobs"]) for r in rows}
+
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         rows = await self.conn.fetch(
             "SELECT node, verdict, reasons, at FROM node_events WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "

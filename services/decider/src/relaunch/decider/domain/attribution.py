@@ -1,8 +1,9 @@
-"""attribute(anomaly, job_nodes, node_events, now) -> suspect nodes with reasons. Pure.
+"""attribute(anomaly, job_nodes, node_events, now, node_history) -> suspect nodes with reasons. Pure.
 
 Evidence used here: a node named by the failing log line when the signature says the fault is the
-node's (action restart_excluding), and gpu-probe's non-healthy readings of the job's nodes in a
-window before the failure. Only nodes of the failed attempt can be suspects: excluding a node the
+node's (action restart_excluding); gpu-probe's non-healthy readings of the job's nodes in a window
+before the failure; and each node's history across jobs (a node that relaunch excluded for several
+other jobs recently is suspect for everyone). Only nodes of the failed attempt can be suspects: excluding a node the
 job never ran on changes nothing, and one Slurm does not know makes the update fail.
 """
 
@@ -17,6 +18,10 @@ WINDOW = dt.timedelta(minutes=15)
 """gpu-probe readings this long before the anomaly (and up to its detection) count as evidence."""
 EXCLUDE_AT = 0.7
 """Suspects at or above this confidence are excluded from the next attempt."""
+HISTORY_WINDOW = dt.timedelta(hours=24)
+"""Exclusions of a node for other jobs this recent count as its history."""
+HISTORY_JOBS = 2
+"""A node excluded for at least this many other jobs within HISTORY_WINDOW is suspect for everyone."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,9 @@ class Suspect:
 
 
 def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeEvent], now: dt.datetime,
-              window: dt.timedelta = WINDOW) -> tuple[Suspect, ...]:
+              window: dt.timedelta = WINDOW, node_history: dict[str, tuple[str, ...]] | None = None
+              ) -> tuple[Suspect, ...]:
+    """`node_history`: node -> the other jobs whose Advice excluded it within HISTORY_WINDOW."""
     members = set(job_nodes) or set(anomaly.nodes)
     found: dict[str, tuple[float, list[str]]] = {}
 
@@ -61,5 +68,10 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
             add(event.node, 0.9, f"gpu-probe: failed at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
         elif event.verdict == "degraded":
             add(event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
+    for node, jobs in (node_history or {}).items():
+        if node in members and len(set(jobs)) >= HISTORY_JOBS:
+            shown = ", ".join(sorted(set(jobs))[:5])
+            add(node, 0.75, f"excluded for {len(set(jobs))} other jobs in the last "
+                            f"{HISTORY_WINDOW.total_seconds() / 3600:.0f} h ({shown})")
     return tuple(sorted((Suspect(n, c, tuple(dict.fromkeys(r))) for n, (c, r) in found.items()),
                         key=lambda s: (-s.confidence, s.node)))
