@@ -9,8 +9,10 @@ PY=${PYTHON:-python3}
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- OS packages ------------------------------------------------------------------------------
+# chromium: the dashboard's browser tests (Playwright drives Debian's build; no browser is downloaded).
 declare -A NEED=(
   [slurmctld]=slurmctld [slurmd]=slurmd [sbatch]=slurm-client [munged]=munge [redis-server]=redis-server
+  [chromium]=chromium
 )
 missing=()
 for bin in "${!NEED[@]}"; do

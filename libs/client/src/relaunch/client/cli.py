@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from relaunch.common.optin import OPTIONS, parse_comment
+from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
 from relaunch.common.schemas import dump
 
-from . import inject
+from . import inject, operator_cli
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
 
@@ -32,6 +32,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(policy_app, name="policy")
 app.add_typer(events_app, name="events")
 app.add_typer(inject.app, name="inject")
+operator_cli.register(app, jobs_app)  # relaunch nodes, relaunch jobs mode
 
 console = Console()
 err = Console(stderr=True)
@@ -110,18 +111,49 @@ def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name 
 
 
 @policy_app.command("check")
-def policy_check(comment: str) -> None:
-    """Parse a job comment as relaunch would; exit 2 when its options are invalid."""
+def policy_check(comment: str,
+                 policy_file: Path = typer.Option(None, "--policy-file", envvar="RELAUNCH_DECIDER_POLICY_FILE",
+                                                  help="The operator's policy file (default: the decider's "
+                                                       "built-in policies)."),
+                 as_json: bool = typer.Option(False, "--json", help="One JSON object: opted_in, mode, policy, "
+                                                                  "errors, effective.")) -> None:
+    """Diagnose a job comment as the decider would: the errors (the same words the audit entry gets)
+    and the effective policy. Exit 0 valid, 2 invalid (the job would only be observed), 1 not opted in."""
     optin = parse_comment(comment)
     if not optin.opted_in:
-        console.print("not opted in: the comment has no 'relaunch' token")
+        if as_json:
+            print(json.dumps({"opted_in": False}))
+        else:
+            console.print("not opted in: the comment has no 'relaunch' token")
         raise typer.Exit(EXIT_NOT_FOUND)
-    for error in optin.errors:
-        console.print(f"[red]error[/red]: {error}")
-    effective = {name: optin.options.get(name, spec.default) for name, spec in OPTIONS.items()}
-    console.print(f"mode: {'observe-only' if optin.observe_only else 'act'}")
-    console.print(f"effective policy: {json.dumps(effective)}")
-    if optin.errors:
+    try:  # the policy file belongs to the decider: without it, only the grammar can be checked
+        from relaunch.decider.domain.policies import PolicyFileError, resolve
+        from relaunch.decider.policy_file import load_policies
+    except ImportError:
+        errors, effective, source = list(optin.errors), {**optin.options, "policy": optin.policy or "default"}, None
+        note = "policy caps not checked: the decider package (relaunch-decider) is not installed"
+    else:
+        try:
+            policies = load_policies(policy_file)
+        except PolicyFileError as exc:
+            err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from exc
+        policy = resolve(optin, policies)
+        errors, effective, source, note = list(policy.option_errors), policy.as_dict(), policies.source, ""
+    mode = "observe-only" if errors else "act"
+    if as_json:
+        print(json.dumps({"opted_in": True, "grammar": GRAMMAR_VERSION, "mode": mode, "errors": errors,
+                          "policy_file": source, "effective": effective}))
+    else:
+        for error in errors:
+            console.print(f"[red]error[/red]: {escape(error)}", soft_wrap=True, highlight=False)
+        console.print(f"mode: {mode}")
+        if note:
+            console.print(f"[yellow]{note}[/yellow]")
+        elif source:
+            console.print(f"policies from: {escape(source)}", soft_wrap=True)
+        console.print(f"effective policy: {escape(json.dumps(effective))}", soft_wrap=True, highlight=False)
+    if errors:
         raise typer.Exit(EXIT_USAGE)
 
 

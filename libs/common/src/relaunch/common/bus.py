@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from . import subjects
+from . import subjects, telemetry
 from .errors import PermanentError, TemporaryError
 from .schemas import DeadLetter, Message, dump
 
@@ -106,10 +106,16 @@ class Bus:
             except nats.js.errors.BadRequestError:
                 await self.js.update_stream(config)
 
-    async def publish(self, subject: str, model: Message, msg_id: str | None = None) -> bool:
-        """Publish durably; returns False when JetStream recognised `msg_id` as a duplicate."""
-        headers = {subjects.MSG_ID_HEADER: msg_id} if msg_id else None
-        ack = await self.js.publish(subject, dump(model), headers=headers)
+    async def publish(self, subject: str, model: Message, msg_id: str | None = None,
+                      traceparent: str | None = None) -> bool:
+        """Publish durably with the current trace context (or `traceparent`, for an outbox row);
+        returns False when JetStream recognised `msg_id` as a duplicate."""
+        headers = {subjects.MSG_ID_HEADER: msg_id} if msg_id else {}
+        if traceparent:
+            headers[telemetry.TRACEPARENT] = traceparent
+        else:
+            telemetry.inject(headers)
+        ack = await self.js.publish(subject, dump(model), headers=headers or None)
         return not ack.duplicate
 
     async def dead_letter(self, subject: str, reason: str, data: bytes, msg_id: str | None) -> None:
@@ -182,6 +188,17 @@ async def _handle_one(bus: Bus, spec: subjects.ConsumerSpec, model: type[M],
     meta = msg.metadata
     delivery = Delivery(subject=msg.subject, num_delivered=meta.num_delivered, stream_seq=meta.sequence.stream)
     dlq_id = f"{spec.stream.name}.{spec.durable}.{meta.sequence.stream}"
+    with telemetry.consumer_span(f"{spec.durable} {model.__name__}", msg.headers, msg.subject) as span:
+        outcome = await _outcome(bus, spec, model, handler, msg, delivery, dlq_id)
+        span.set_attribute("relaunch.outcome", outcome)
+    CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+
+
+async def _outcome(bus: Bus, spec: subjects.ConsumerSpec, model: type[M],
+                   handler: Callable[[M, Delivery], Awaitable[None]], msg: Msg, delivery: Delivery,
+                   dlq_id: str) -> str:
+    """Run the handler and acknowledge as the module says; returns the outcome for metrics."""
+    meta = msg.metadata
     outcome = "ack"
     try:
         try:
@@ -213,8 +230,7 @@ async def _handle_one(bus: Bus, spec: subjects.ConsumerSpec, model: type[M],
             outcome = "error"
             log.exception("%s: handler failed (delivery %d); retrying", spec.durable, meta.num_delivered)
             await msg.nak(delay=min(2.0 ** meta.num_delivered * 0.25, 30.0))
-    finally:
-        CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+    return outcome
 
 
 def _short(exc: ValidationError) -> str:

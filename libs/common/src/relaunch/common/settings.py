@@ -27,6 +27,8 @@ class CommonSettings(BaseSettings):
     """Slurm cluster name; a subject token, so letters, digits, '_' and '-' only."""
     log_level: str = "INFO"
     """Python logging level for the service."""
+    otlp_endpoint: str = ""
+    """OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); empty: traces are not exported."""
 
 
 class ServiceSettings(BaseSettings):

@@ -12,6 +12,7 @@ from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
 from relaunch.common.schemas import Advice
 from relaunch.common.service import run_service, setup_logging
+from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.coordination import HoldRegistry, Lease
@@ -27,6 +28,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ActuatorSettings)
     setup_logging("actuator", common.log_level)
+    setup_tracing("actuator", common.otlp_endpoint)
     bus = await Bus.connect(common.nats_url, "actuator")
     slurm = Slurm(timeout_s=settings.slurm_timeout_s)
     instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"

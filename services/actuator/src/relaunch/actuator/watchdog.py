@@ -20,6 +20,7 @@ from relaunch.common.bus import Bus, utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
 from relaunch.common.service import run_service, setup_logging
+from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, ServiceSettings, load_settings
 
 from .adapters.coordination import Hold, HoldRegistry
@@ -89,6 +90,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(WatchdogSettings)
     setup_logging("watchdog", common.log_level)
+    setup_tracing("watchdog", common.otlp_endpoint)
     bus = await Bus.connect(common.nats_url, "watchdog")
     watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
     log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import uvicorn
 
 from relaunch.common.service import setup_logging
+from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
+from . import backends
 from .app import create_app
 from .settings import ApiSettings
 
@@ -15,5 +17,6 @@ def main() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ApiSettings)
     setup_logging("api", common.log_level)
-    uvicorn.run(create_app(common.database_url), host=settings.host, port=settings.port,
-                log_level=common.log_level.lower(), access_log=False)
+    setup_tracing("api", common.otlp_endpoint)
+    app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url))
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=common.log_level.lower(), access_log=False)

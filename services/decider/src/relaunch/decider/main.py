@@ -9,6 +9,7 @@ from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
 from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 from relaunch.common.service import run_service, setup_logging
+from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.ledger import Ledger
@@ -25,6 +26,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DeciderSettings)
     setup_logging("decider", common.log_level)
+    setup_tracing("decider", common.otlp_endpoint)
     # Validated before anything connects: a bad policy file is an operator's mistake to fix, not a retry.
     policies = load_policies(settings.policy_file)
     log.info("policies from %s: %s (default %s)", policies.source, ", ".join(policies.names()), policies.default)

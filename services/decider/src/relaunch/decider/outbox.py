@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from relaunch.common import subjects
+from relaunch.common import subjects, telemetry
 from relaunch.common.bus import Bus
 from relaunch.common.errors import TemporaryError
 
@@ -30,8 +30,10 @@ class OutboxPublisher:
     async def publish_pending(self) -> int:
         sent = 0
         for row in await self.ledger.unpublished():
-            await self.bus.js.publish(row["subject"], bytes(row["payload"]),
-                                      headers={subjects.MSG_ID_HEADER: row["msg_id"]})
+            headers = {subjects.MSG_ID_HEADER: row["msg_id"]}
+            if row["traceparent"]:  # continue the trace of the decision that wrote the row
+                headers[telemetry.TRACEPARENT] = row["traceparent"]
+            await self.bus.js.publish(row["subject"], bytes(row["payload"]), headers=headers)
             await self.ledger.mark_published(row["id"])
             sent += 1
         return sent

@@ -8,6 +8,7 @@ from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
 from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
 from relaunch.common.service import run_service, setup_logging
+from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.hotstate import HotState
@@ -22,6 +23,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DetectorSettings)
     setup_logging("detector", common.log_level)
+    setup_tracing("detector", common.otlp_endpoint)
     catalogue = load_catalogue(settings.extra_signatures)
     bus = await Bus.connect(common.nats_url, "detector")
     state = HotState(common.redis_url)

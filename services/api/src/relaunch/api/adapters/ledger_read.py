@@ -1,4 +1,8 @@
-"""Read-only queries over the ledger for the API (the API never writes decisions)."""
+"""Read-only queries over the ledger for the API (the API never writes decisions).
+
+This module and adapters/overrides.py are the API's only Postgres users; rows leave as plain dicts
+with timestamps in ISO 8601 and jsonb columns decoded.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,28 @@ from typing import Any
 
 import asyncpg
 
+from ..domain import evidence, nodes
+
+_JSON_COLUMNS = ("options", "option_errors", "evidence", "evidence_refs", "policy", "reasons", "xids")
+
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
     out = {}
     for key, value in dict(record).items():
         if hasattr(value, "isoformat"):
             value = value.isoformat()
-        elif isinstance(value, str) and key in ("options", "option_errors", "evidence", "evidence_refs", "policy"):
+        elif isinstance(value, str) and key in _JSON_COLUMNS:
             value = json.loads(value)
         out[key] = value
     return out
+
+
+# The newest operator override per job (migration 0004), joined into job rows.
+_OVERRIDE = """LEFT JOIN LATERAL (SELECT o.mode FROM operator_overrides o
+                                  WHERE o.cluster=j.cluster AND o.job_id=j.job_id
+                                  ORDER BY o.at DESC, o.id DESC LIMIT 1) ov ON true"""
+_JOB_FILTER = """($1::text IS NULL OR j.cluster=$1) AND ($2::text[] IS NULL OR j.state = ANY($2))
+                 AND ($3::text[] IS NULL OR j.verdict = ANY($3))"""
 
 
 class LedgerReader:
@@ -29,26 +45,32 @@ class LedgerReader:
         except Exception:
             return False
 
-    async def jobs(self, cluster: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
+    async def jobs(self, cluster: str | None = None, states: list[str] | None = None,
+                   verdicts: list[str] | None = None, limit: int = 50, offset: int = 0) -> tuple[list[dict], int]:
+        """Jobs newest activity first, and how many match in all (for pagination)."""
+        filters = (cluster, states or None, verdicts or None)
         rows = await self.pool.fetch(
-            """SELECT j.*, (SELECT count(*) FROM attempts a WHERE a.cluster=j.cluster AND a.job_id=j.job_id)
-                   AS attempt_count
-               FROM jobs j WHERE ($1::text IS NULL OR j.cluster=$1)
-               ORDER BY j.updated_at DESC LIMIT $2 OFFSET $3""",
-            cluster, limit, offset,
+            f"""SELECT j.*, ov.mode AS mode_override,
+                   (SELECT count(*) FROM attempts a WHERE a.cluster=j.cluster AND a.job_id=j.job_id) AS attempt_count
+               FROM jobs j {_OVERRIDE} WHERE {_JOB_FILTER}
+               ORDER BY j.updated_at DESC, j.cluster, j.job_id LIMIT $4 OFFSET $5""",
+            *filters, limit, offset,
         )
-        return [_row(r) for r in rows]
+        total = await self.pool.fetchval(f"SELECT count(*) FROM jobs j WHERE {_JOB_FILTER}", *filters)
+        return [_row(r) for r in rows], total
 
     async def job(self, cluster: str, job_id: str) -> dict[str, Any] | None:
-        job = await self.pool.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2", cluster, job_id)
+        job = await self.pool.fetchrow(
+            f"SELECT j.*, ov.mode AS mode_override FROM jobs j {_OVERRIDE} WHERE j.cluster=$1 AND j.job_id=$2",
+            cluster, job_id)
         if job is None:
             return None
         args = (cluster, job_id)
         attempts = await self.pool.fetch(
             "SELECT idx AS index, state, nodes, exit_code, first_seen, updated_at FROM attempts "
             "WHERE cluster=$1 AND job_id=$2 ORDER BY idx", *args)
-        anomalies = await self.pool.fetch(
-            "SELECT * FROM anomalies WHERE cluster=$1 AND job_id=$2 ORDER BY detected_at", *args)
+        anomalies = [_row(r) for r in await self.pool.fetch(
+            "SELECT * FROM anomalies WHERE cluster=$1 AND job_id=$2 ORDER BY detected_at", *args)]
         advice = await self.pool.fetch(
             "SELECT * FROM advice WHERE cluster=$1 AND job_id=$2 ORDER BY generation", *args)
         steps = await self.pool.fetch(
@@ -57,15 +79,56 @@ class LedgerReader:
         audit = await self.pool.fetch(
             "SELECT service, action, detail, idempotency_key, at FROM audit WHERE cluster=$1 AND job_id=$2 "
             "ORDER BY at, id", *args)
+        overrides = await self.pool.fetch(
+            "SELECT id, mode, reason, actor, at FROM operator_overrides WHERE cluster=$1 AND job_id=$2 "
+            "ORDER BY at, id", *args)
+        by_id = {a["anomaly_id"]: a for a in anomalies}
         advice_out = []
         for a in advice:
             item = _row(a)
+            item["evidence"] = evidence.resolve(item.get("evidence_refs") or [], by_id)
             item["reconcile"] = [_row(s) for s in steps if s["generation"] == a["generation"]]
             advice_out.append(item)
+        # The first five keys are what `relaunch jobs show --json` promises; later ones are additive.
         return {
             "job": _row(job),
             "attempts": [_row(r) for r in attempts],
-            "anomalies": [_row(r) for r in anomalies],
+            "anomalies": anomalies,
             "advice": advice_out,
             "audit": [_row(r) for r in audit],
+            "overrides": [_row(r) for r in overrides],
         }
+
+    async def advice(self, cluster: str | None = None, active: bool | None = None, limit: int = 50,
+                     offset: int = 0) -> tuple[list[dict], int]:
+        """Advice newest first. Active: still PENDING and not expired, so the actuator may still act on it."""
+        where = """($1::text IS NULL OR a.cluster=$1) AND ($2::boolean IS NULL OR
+                   ((a.status='PENDING' AND a.expires_at > now()) = $2))"""
+        rows = await self.pool.fetch(
+            f"""SELECT a.*, j.name, j.state AS job_state, (a.status='PENDING' AND a.expires_at > now()) AS active
+                FROM advice a JOIN jobs j USING (cluster, job_id) WHERE {where}
+                ORDER BY a.issued_at DESC, a.cluster, a.job_id, a.generation DESC LIMIT $3 OFFSET $4""",
+            cluster, active, limit, offset)
+        total = await self.pool.fetchval(f"SELECT count(*) FROM advice a WHERE {where}", cluster, active)
+        out = []
+        for row in rows:
+            item = _row(row)
+            item["evidence"] = evidence.resolve(item.get("evidence_refs") or [], {})
+            out.append(item)
+        return out, total
+
+    async def nodes(self, cluster: str | None = None, history: int = 20) -> list[dict[str, Any]]:
+        health = await self.pool.fetch(
+            "SELECT cluster, node, verdict, reasons, xids, at FROM node_health WHERE ($1::text IS NULL OR cluster=$1)",
+            cluster)
+        events = await self.pool.fetch(
+            """SELECT cluster, node, verdict, reasons, xids, at, total FROM (
+                   SELECT e.*, row_number() OVER w AS rn, count(*) OVER (PARTITION BY cluster, node) AS total
+                   FROM node_events e WHERE ($1::text IS NULL OR cluster=$1)
+                   WINDOW w AS (PARTITION BY cluster, node ORDER BY at DESC)) ranked
+               WHERE rn <= $2""", cluster, history)
+        exclusions = await self.pool.fetch(
+            """SELECT a.cluster, n.node, a.job_id, j.name, a.generation, a.attempt, a.status, a.reason, a.issued_at
+               FROM advice a CROSS JOIN LATERAL unnest(a.exclude_nodes) AS n(node)
+               JOIN jobs j USING (cluster, job_id) WHERE ($1::text IS NULL OR a.cluster=$1)""", cluster)
+        return nodes.assemble([_row(r) for r in health], [_row(r) for r in events], [_row(r) for r in exclusions])

@@ -17,6 +17,7 @@ from importlib import resources
 
 import asyncpg
 
+from relaunch.common import telemetry
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import (
@@ -207,7 +208,8 @@ class Ledger:
 
     async def unpublished(self, limit: int = 100) -> list[asyncpg.Record]:
         return await self.pool.fetch(
-            "SELECT id, subject, msg_id, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1", limit)
+            "SELECT id, subject, msg_id, payload, traceparent FROM outbox WHERE published_at IS NULL ORDER BY id "
+            "LIMIT $1", limit)
 
     async def mark_published(self, outbox_id: int) -> None:
         await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id=$1", outbox_id)
@@ -293,8 +295,8 @@ class JobTx:
             advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
             advice.issued_at, advice.expires_at, fault_class,
         )
-        await self.conn.execute("INSERT INTO outbox (subject, msg_id, payload) VALUES ($1,$2,$3)",
-                                subject, msg_id, dump(advice))
+        await self.conn.execute("INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4)",
+                                subject, msg_id, dump(advice), telemetry.current_traceparent())
         await self.set_verdict("recovering", advice.reason)
 
     async def set_verdict(self, verdict: str, reason: str) -> None:

@@ -1,0 +1,138 @@
+"""The API's NATS side (the only module of the API that talks to NATS): live reading of the EVENTS
+stream for /v1/events/stream, and publishing the audit entry of an operator override.
+
+Each live reader gets its own JetStream *ordered consumer*: ephemeral, in memory, no acks, and
+recreated by the client library from the last sequence it saw if a message goes missing, so a
+browser tab leaves nothing behind on the server when it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from relaunch.common.bus import Bus
+from relaunch.common.errors import TemporaryError
+from relaunch.common.schemas import Message
+
+from ..domain.streaming import STREAM
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 5.0
+"""Pause between attempts to reach NATS while the API runs without it (the ledger endpoints still work)."""
+PENDING_MAX = 4096
+"""Messages one live reader may have queued before the client library drops them; the ordered consumer
+then resumes from the last one delivered, so a slow browser costs bounded memory and loses nothing."""
+
+
+class EventsUnavailable(Exception):
+    """NATS cannot serve live events now; the message says what to check."""
+
+
+class StreamClosed(Exception):
+    """The subscription ended (NATS closed the connection); the client reconnects with Last-Event-ID."""
+
+
+@dataclass(frozen=True)
+class StreamedEvent:
+    seq: int
+    subject: str
+    data: bytes
+    at: dt.datetime | None
+
+
+class EventSubscription:
+    def __init__(self, sub) -> None:
+        self._sub = sub
+        self._closed = False
+
+    async def next(self, timeout: float) -> StreamedEvent | None:
+        """The next message, or None when none came within `timeout` seconds; StreamClosed at the end."""
+        try:
+            msg = await self._sub.next_msg(timeout=timeout)
+        except (nats.errors.TimeoutError, TimeoutError):
+            return None
+        except (nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError) as exc:
+            raise StreamClosed(str(exc)) from exc
+        meta = msg.metadata
+        return StreamedEvent(meta.sequence.stream, msg.subject, msg.data, meta.timestamp)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            await self._sub.unsubscribe()
+        except (nats.errors.Error, OSError) as exc:  # the connection is gone: so is the consumer
+            log.debug("unsubscribe failed: %s", exc)
+        # Marked only once done: a close cancelled halfway is completed by the next call.
+        self._closed = True
+
+
+class BusEvents:
+    def __init__(self, nats_url: str) -> None:
+        self.nats_url = nats_url
+        self._bus: Bus | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Connect in the background: the API serves the ledger whether or not NATS is up yet."""
+        self._task = asyncio.create_task(self._keep_connecting())
+
+    async def _keep_connecting(self) -> None:
+        while self._bus is None:
+            try:
+                self._bus = await Bus.connect(self.nats_url, "api", wait_s=RECONNECT_S)
+            except TemporaryError as exc:
+                log.warning("live events unavailable until NATS answers: %s", exc)
+                await asyncio.sleep(RECONNECT_S)
+
+    @property
+    def connected(self) -> bool:
+        return self._bus is not None and self._bus.connected
+
+    def _ready(self) -> Bus:
+        if self._bus is None or not self._bus.connected:
+            raise EventsUnavailable(f"NATS at {self.nats_url} is not connected: check that it runs (make up) and "
+                                    "RELAUNCH_NATS_URL; the ledger endpoints work meanwhile")
+        return self._bus
+
+    async def subscribe(self, subject: str, *, since: dt.datetime | None = None,
+                        after_seq: int | None = None) -> EventSubscription:
+        """Live messages on `subject`: after stream sequence `after_seq`, else from time `since`, else new ones."""
+        bus = self._ready()
+        if after_seq is not None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1)
+        elif since is not None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since)
+        else:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        try:
+            sub = await bus.js.subscribe(subject, stream=STREAM.name, ordered_consumer=True, config=config,
+                                         idle_heartbeat=5.0, pending_msgs_limit=PENDING_MAX)
+        except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+            raise EventsUnavailable(
+                f"cannot read the {STREAM.name} stream from NATS at {self.nats_url}: {exc}") from exc
+        return EventSubscription(sub)
+
+    async def publish(self, subject: str, model: Message, msg_id: str) -> bool:
+        """Publish durably; False when NATS is not available (the caller decides what that means)."""
+        try:
+            await self._ready().publish(subject, model, msg_id=msg_id)
+            return True
+        except (EventsUnavailable, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+            log.warning("could not publish %s: %s", subject, exc)
+            return False
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._bus is not None:
+            await self._bus.close()

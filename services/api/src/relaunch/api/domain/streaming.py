@@ -1,0 +1,76 @@
+"""Server-sent events from the EVENTS stream: which subject filters a client may ask for, and the
+frames it receives.
+
+Frame format (one per bus message):
+    id: <EVENTS stream sequence>        EventSource sends it back as Last-Event-ID on reconnect,
+                                        and the API resumes right after it: nothing lost, no repeats
+    data: {"seq", "subject", "at", "schema", "message"}
+A comment line (": keep-alive") is sent when the stream is quiet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from relaunch.common import subjects
+
+STREAM = subjects.EVENTS
+DEFAULT_FILTER = STREAM.subjects[0]
+HEARTBEAT = b": keep-alive\n\n"
+RETRY_MS = 3000
+"""How long a browser's EventSource waits before reconnecting after the stream ends or fails."""
+
+
+class FilterError(ValueError):
+    """A subject filter the EVENTS stream cannot serve; the message says what would work."""
+
+
+def check_filter(subject: str) -> str:
+    """Accept a NATS subject filter that selects only subjects of the EVENTS stream."""
+    hint = (f"use {DEFAULT_FILTER} (everything), or narrow it, e.g. {subjects.ALL_ANOMALIES} or "
+            f"{subjects.event_anomaly('<cluster>', '<job_id>')}")
+    tokens = subject.split(".")
+    if not subject or any(not t or any(c.isspace() for c in t) for t in tokens):
+        raise FilterError(f"{subject!r} is not a NATS subject filter (dot-separated tokens, no spaces); {hint}")
+    if any(t == ">" for t in tokens[:-1]) or any((">" in t or "*" in t) and len(t) > 1 for t in tokens):
+        raise FilterError(f"{subject!r}: '>' may only be the last token and wildcards stand alone; {hint}")
+    if not any(_within(tokens, stream_filter.split(".")) for stream_filter in STREAM.subjects):
+        raise FilterError(f"{subject!r} is outside the {STREAM.name} stream ({', '.join(STREAM.subjects)}); {hint}")
+    return subject
+
+
+def _within(tokens: list[str], stream: list[str]) -> bool:
+    """Every subject `tokens` matches is also matched by `stream` (a subset test on filters)."""
+    for i, s in enumerate(stream):
+        if s == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or tokens[i] == ">":
+            return False
+        if s != "*" and tokens[i] != s:
+            return False
+    return len(tokens) == len(stream)
+
+
+def parse_last_event_id(value: str | None) -> int | None:
+    """The stream sequence a reconnecting EventSource saw last; None when absent or not ours."""
+    if value and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def frame(seq: int, subject: str, data: bytes, at: dt.datetime | None) -> bytes:
+    try:
+        message: Any = json.loads(data)
+    except ValueError:  # not JSON: pass it on as text rather than hide it
+        message = data.decode("utf-8", "replace")
+    schema = message.get("schema") if isinstance(message, dict) else None
+    body = json.dumps({"seq": seq, "subject": subject, "at": at.isoformat() if at else None, "schema": schema,
+                       "message": message}, separators=(",", ":"))
+    # json.dumps escapes newlines inside strings, so one data: line carries the whole event.
+    return f"id: {seq}\ndata: {body}\n\n".encode()
+
+
+def preamble() -> bytes:
+    return f"retry: {RETRY_MS}\n: relaunch events from {STREAM.name}\n\n".encode()

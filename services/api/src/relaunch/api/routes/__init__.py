@@ -1,0 +1,1 @@
+"""HTTP routes, one module per concern; each reads `request.app.state.backends`."""

@@ -1,0 +1,50 @@
+"""Read-only views of the ledger: jobs, one job's history, advice, nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+router = APIRouter(prefix="/v1", tags=["ledger"])
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, description="Items to skip (page start).")]
+
+
+@router.get("/jobs", summary="Jobs relaunch tracks, newest activity first")
+async def jobs(request: Request, cluster: str | None = None,
+               state: Annotated[list[str] | None, Query(description="Slurm state, e.g. RUNNING; repeatable.")] = None,
+               verdict: Annotated[list[str] | None, Query(
+                   description="watching | recovering | stopped | observing; repeatable.")] = None,
+               limit: Limit = 50, offset: Offset = 0) -> dict:
+    items, total = await request.app.state.backends.ledger.jobs(
+        cluster=cluster, states=state, verdicts=verdict, limit=limit, offset=offset)
+    return {"jobs": items, "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/jobs/{cluster}/{job_id}", summary="One job: attempts, anomalies, advice with evidence and "
+                                                 "reconcile steps, audit, operator overrides")
+async def job(request: Request, cluster: str, job_id: str) -> dict:
+    found = await request.app.state.backends.ledger.job(cluster, job_id)
+    if found is None:
+        raise HTTPException(404, detail=f"job {job_id} on cluster {cluster} is not in the ledger "
+                                        "(is its comment opted in with 'relaunch'? is the cluster name right?)")
+    return found
+
+
+@router.get("/advice", summary="Advice, newest first; active=true: what the actuator may still act on")
+async def advice(request: Request, active: Annotated[bool | None, Query(
+                     description="true: PENDING and not expired; false: the others; absent: all.")] = None,
+                 cluster: str | None = None, limit: Limit = 50, offset: Offset = 0) -> dict:
+    items, total = await request.app.state.backends.ledger.advice(
+        cluster=cluster, active=active, limit=limit, offset=offset)
+    return {"advice": items, "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/nodes", summary="Nodes across jobs: latest health, non-healthy history, exclusions by advice")
+async def nodes(request: Request, cluster: str | None = None,
+                history: Annotated[int, Query(ge=0, le=500, description="Newest non-healthy readings kept per "
+                                                                      "node.")] = 20) -> dict:
+    items = await request.app.state.backends.ledger.nodes(cluster=cluster, history=history)
+    return {"nodes": items}

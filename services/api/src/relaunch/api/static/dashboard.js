@@ -1,0 +1,262 @@
+"use strict";
+// The relaunch dashboard: plain DOM, no build step, nothing loaded from elsewhere.
+// Everything shown comes from the ledger or the bus and is untrusted text (log lines, job names,
+// comments): it only ever goes into textContent, never into HTML.
+//
+// Freshness: /v1/events/stream (server-sent events) refreshes at once on anomalies, advice,
+// reconcile steps and audit entries; scheduler states travel on SIGNALS, not EVENTS, so the job
+// list is also polled (every ?poll=N seconds, 5 by default). When the stream is unavailable the
+// page says "polling" and tries the stream again later.
+(() => {
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = 1000 * Math.max(1, Number(params.get("poll")) || 5);
+  const STREAM_RETRY_MS = 30000;
+  const PAGE = 50;
+  const TICKER_MAX = 50;
+  const KIND_ORDER = { attempt: 0, anomaly: 1, advice: 2, reconcile: 3, override: 4, audit: 5 };
+  const state = { offset: 0, total: 0, filters: {}, selected: null, refreshTimer: null };
+
+  const $ = (selector) => document.querySelector(selector);
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null) continue;
+      if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function utc(iso) {
+    if (!iso) return "";
+    const t = Date.parse(iso);
+    return Number.isNaN(t) ? String(iso) : new Date(t).toISOString().replace("T", " ").slice(0, 19);
+  }
+
+  const millis = (iso) => { const t = Date.parse(iso || ""); return Number.isNaN(t) ? 0 : t; };
+  const badge = (text) => el("span", { class: `badge v-${text}` }, text);
+  const jobKey = (cluster, jobId) => `${cluster}/${jobId}`;
+
+  function showProblem(message) {
+    const box = $("#problem");
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  async function getJSON(path) {
+    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      throw new Error(body.detail ? `${body.detail}${body.hint ? ` (${body.hint})` : ""}` : `HTTP ${response.status}`);
+    }
+    return body;
+  }
+
+  async function guarded(work) {
+    try {
+      await work();
+      showProblem("");
+      $("#refreshed").textContent = `updated ${utc(new Date().toISOString()).slice(11)} UTC`;
+    } catch (error) {
+      showProblem(String(error.message || error));
+    }
+  }
+
+  // ---- jobs ---------------------------------------------------------------------------------
+  async function loadJobs() {
+    const query = new URLSearchParams({ limit: PAGE, offset: state.offset });
+    for (const [key, value] of Object.entries(state.filters)) if (value) query.set(key, value);
+    const data = await getJSON(`/v1/jobs?${query}`);
+    state.total = data.total;
+    const body = $("#jobs tbody");
+    body.replaceChildren(...data.jobs.map(jobRow));
+    $("#jobs-empty").hidden = data.jobs.length > 0;
+    const first = data.total ? data.offset + 1 : 0;
+    $("#jobs-count").textContent = `${first}–${data.offset + data.jobs.length} of ${data.total}`;
+    $("#jobs-prev").disabled = state.offset === 0;
+    $("#jobs-next").disabled = data.offset + data.jobs.length >= data.total;
+    if (!state.selected && data.jobs.length) select(data.jobs[0].cluster, data.jobs[0].job_id, false);
+  }
+
+  function jobRow(job) {
+    const key = jobKey(job.cluster, job.job_id);
+    const mode = job.mode_override ? `${job.mode_override} (override)` : job.mode;
+    return el("tr", { dataset: { key }, class: key === state.selected ? "selected" : "",
+                      onclick: () => select(job.cluster, job.job_id, true) },
+      el("td", {}, job.cluster), el("td", {}, job.job_id), el("td", {}, job.name),
+      el("td", { class: "state" }, badge(job.state || "?")), el("td", {}, String(job.attempt_count)),
+      el("td", { class: "verdict" }, badge(job.verdict)), el("td", { class: "mode" }, mode),
+      el("td", { class: "why" }, (job.verdict_reason || "").slice(0, 140)), el("td", {}, utc(job.updated_at)));
+  }
+
+  function select(cluster, jobId, remember) {
+    state.selected = jobKey(cluster, jobId);
+    if (remember) history.replaceState(null, "", `#job=${encodeURIComponent(state.selected)}`);
+    for (const row of document.querySelectorAll("#jobs tbody tr")) {
+      row.classList.toggle("selected", row.dataset.key === state.selected);
+    }
+    guarded(loadJob);
+  }
+
+  // ---- one job's timeline ---------------------------------------------------------------------
+  async function loadJob() {
+    if (!state.selected) return;
+    const [cluster, jobId] = state.selected.split("/");
+    const data = await getJSON(`/v1/jobs/${encodeURIComponent(cluster)}/${encodeURIComponent(jobId)}`);
+    if (state.selected !== jobKey(cluster, jobId)) return; // another job was picked meanwhile
+    renderSummary(data.job);
+    const entries = timelineEntries(data);
+    entries.sort((a, b) => millis(a.at) - millis(b.at) || KIND_ORDER[a.kind] - KIND_ORDER[b.kind]);
+    $("#timeline").replaceChildren(...entries.map((entry) => el("li", { dataset: { kind: entry.kind } },
+      el("span", { class: "when" }, utc(entry.at)), el("span", { class: "kind" }, entry.kind),
+      el("span", { class: "title" }, entry.title), entry.body)));
+    $("#timeline-section").hidden = false;
+  }
+
+  function renderSummary(job) {
+    const mode = job.mode_override ? `${job.mode_override} (operator override; opt-in says ${job.mode})` : job.mode;
+    $("#timeline-title").textContent = `Timeline of job ${job.job_id} on ${job.cluster}${job.name ? ` (${job.name})` : ""}`;
+    $("#job-summary").replaceChildren(el("p", { class: "detail" },
+      "state ", badge(job.state || "?"), " verdict ", badge(job.verdict), ` mode ${mode}, restarts ${job.restarts}`,
+      job.verdict_reason ? ` — ${job.verdict_reason}` : "",
+      job.comment ? el("span", { class: "muted" }, ` comment: ${job.comment}`) : null));
+  }
+
+  function timelineEntries(data) {
+    const entries = [];
+    for (const a of data.attempts) {
+      const exit = a.exit_code === null || a.exit_code === undefined ? "" : `, exit ${a.exit_code}`;
+      entries.push({ kind: "attempt", at: a.first_seen,
+                     title: `attempt ${a.index}: ${a.state} on ${(a.nodes || []).join(", ") || "-"}${exit}` });
+    }
+    for (const an of data.anomalies) {
+      entries.push({ kind: "anomaly", at: an.detected_at,
+        title: `${an.kind} in attempt ${an.attempt}: ${an.category} (${an.fault_domain} fault, action ${an.action})`,
+        body: [el("p", { class: "detail" }, an.summary, (an.nodes || []).length ? ` — nodes ${an.nodes.join(", ")}` : ""),
+               ...(an.evidence || []).map((line) => el("pre", { class: "evidence" },
+                 `${line.path}@${line.offset}: ${line.text}`))] });
+    }
+    for (const ad of data.advice) {
+      const excluding = (ad.exclude_nodes || []).length ? ` excluding ${ad.exclude_nodes.join(", ")}` : "";
+      const suspects = (ad.evidence && ad.evidence.suspects) || [];
+      entries.push({ kind: "advice", at: ad.issued_at,
+        title: `generation ${ad.generation} for attempt ${ad.attempt}: ${ad.operation}${excluding} → ${ad.status}`,
+        body: [el("p", { class: "detail reason" }, ad.reason),
+               suspects.length ? el("ul", { class: "reasons" }, suspects.map((s) => el("li", {},
+                 `${s.node} (confidence ${s.confidence}): ${(s.reasons || []).join("; ")}`))) : null,
+               ad.status_reason ? el("p", { class: "detail muted" }, ad.status_reason) : null] });
+      for (const step of ad.reconcile || []) {
+        entries.push({ kind: "reconcile", at: step.at,
+          title: `generation ${step.generation}: ${step.status}${step.step ? ` — ${step.step}` : ""}`,
+          body: el("p", { class: "detail" }, step.reason, step.detail ? el("span", { class: "muted" }, ` (${step.detail})`) : null) });
+      }
+    }
+    for (const o of data.overrides || []) {
+      entries.push({ kind: "override", at: o.at, title: `operator set mode ${o.mode}${o.actor ? ` (${o.actor})` : ""}`,
+                     body: o.reason ? el("p", { class: "detail" }, o.reason) : null });
+    }
+    for (const au of data.audit) {
+      entries.push({ kind: "audit", at: au.at, title: `${au.service}: ${au.action}`,
+                     body: au.detail ? el("p", { class: "detail muted" }, au.detail) : null });
+    }
+    return entries;
+  }
+
+  // ---- nodes ----------------------------------------------------------------------------------
+  async function loadNodes() {
+    const data = await getJSON("/v1/nodes");
+    $("#nodes tbody").replaceChildren(...data.nodes.map((n) => el("tr", { dataset: { node: `${n.cluster}/${n.node}` } },
+      el("td", {}, n.cluster), el("td", {}, n.node), el("td", { class: "health" }, badge(n.verdict)),
+      el("td", {}, (n.reasons || []).join("; ")), el("td", {}, utc(n.at)),
+      el("td", { class: "history" }, n.history.length ? el("details", {},
+        el("summary", {}, `${n.history_total} reading${n.history_total === 1 ? "" : "s"}`),
+        el("ul", { class: "reasons" }, n.history.map((h) => el("li", {},
+          `${utc(h.at)} ${h.verdict}: ${(h.reasons || []).join("; ")}`)))) : "none"),
+      el("td", { class: "excluded" }, n.excluded_by.map((x) => el("div", {},
+        el("a", { href: `#job=${encodeURIComponent(jobKey(n.cluster, x.job_id))}`,
+                  onclick: (event) => { event.preventDefault(); select(n.cluster, x.job_id, true); } },
+          `job ${x.job_id}`), ` gen ${x.generation} (${x.status})`))))));
+    $("#nodes-empty").hidden = data.nodes.length > 0;
+  }
+
+  // ---- live events ----------------------------------------------------------------------------
+  function setMode(mode, why) {
+    const live = $("#live");
+    live.dataset.mode = mode;
+    live.textContent = mode === "live" ? "live" : `polling every ${POLL_MS / 1000} s`;
+    live.title = why || "";
+  }
+
+  function connectEvents() {
+    if (!window.EventSource) { setMode("polling", "this browser has no EventSource"); return; }
+    const source = new EventSource("/v1/events/stream");
+    source.onopen = () => setMode("live", "events arrive as they happen");
+    source.onmessage = (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch { return; }
+      addToTicker(event);
+      scheduleRefresh(event);
+    };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) {
+        // Refused (e.g. 503: NATS down): EventSource gives up by itself, so we try again later.
+        setMode("polling", "the event stream is unavailable; trying again in 30 s");
+        setTimeout(connectEvents, STREAM_RETRY_MS);
+      } else {
+        setMode("polling", "the event stream dropped; reconnecting");
+      }
+    };
+  }
+
+  function addToTicker(event) {
+    const m = event.message || {};
+    const what = m.summary || m.reason || m.action || m.status || "";
+    const list = $("#events");
+    list.prepend(el("li", { dataset: { subject: event.subject } },
+      `${utc(event.at).slice(11)} ${event.subject} ${event.schema || ""} ${String(what).slice(0, 160)}`));
+    while (list.children.length > TICKER_MAX) list.lastChild.remove();
+  }
+
+  function scheduleRefresh(event) {
+    const m = event.message || {};
+    const touchesSelected = state.selected && m.cluster && m.job_id && jobKey(m.cluster, m.job_id) === state.selected;
+    clearTimeout(state.refreshTimer);
+    // A short pause folds a burst (a reconcile run publishes several steps) into one refresh, and
+    // gives the decider time to record the event in the ledger the page reads.
+    state.refreshTimer = setTimeout(() => guarded(async () => {
+      await loadJobs();
+      if (touchesSelected) await loadJob();
+      if (event.schema && event.schema.startsWith("relaunch.reconcile")) await loadNodes();
+    }), 300);
+  }
+
+  // ---- wiring ---------------------------------------------------------------------------------
+  function start() {
+    const fromHash = decodeURIComponent((location.hash.match(/^#job=(.+)$/) || [])[1] || "");
+    if (fromHash.includes("/")) state.selected = fromHash;
+    $("#job-filters").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const form = new FormData(event.target);
+      state.filters = { cluster: form.get("cluster").trim(), state: form.get("state").trim(),
+                        verdict: form.get("verdict") };
+      state.offset = 0;
+      guarded(loadJobs);
+    });
+    $("#jobs-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); guarded(loadJobs); });
+    $("#jobs-next").addEventListener("click", () => { state.offset += PAGE; guarded(loadJobs); });
+    setMode("polling", "connecting to the event stream");
+    guarded(async () => { await loadJobs(); await loadJob(); await loadNodes(); });
+    setInterval(() => guarded(async () => { await loadJobs(); await loadJob(); }), POLL_MS);
+    setInterval(() => guarded(loadNodes), POLL_MS * 3);
+    connectEvents();
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
+})();
