@@ -82,6 +82,7 @@ export RELAUNCH_API_URL=http://127.0.0.1:$API_PORT
 export RELAUNCH_CLUSTER=$CLUSTER
 export RELAUNCH_RUN_DIR=$RUN
 export RELAUNCH_PORT_BASE=$B
+export RELAUNCH_API_TOKEN_FILE=$RUN/api-token
 export PATH=$REPO/.venv/bin:\$PATH
 ENV
 }
@@ -221,6 +222,8 @@ services_down() {
 
 infra_up() {
   mkdir -p "$RUN/log" "$RUN/pids" "$RUN/jobs"
+  # The bearer token for state-changing API calls (relaunch jobs mode ... --token-file $RUN/api-token).
+  [ -s "$RUN/api-token" ] || { (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/api-token"); }
   write_env
   start_nats; start_redis; start_postgres; start_slurm
 }

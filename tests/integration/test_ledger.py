@@ -234,3 +234,16 @@ async def test_node_history_across_jobs_reaches_attribution(ledger, unique):
     row = await ledger.pool.fetchrow("SELECT exclude_nodes, evidence_refs FROM advice WHERE cluster=$1 AND job_id='5'",
                                      cluster)
     assert row["exclude_nodes"] == ["node1"] and "other jobs" in row["evidence_refs"]
+
+
+async def test_an_operator_switch_to_observe_stops_advice(ledger, unique):
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await ledger.pool.execute("INSERT INTO operator_overrides (cluster, job_id, mode, reason, actor) "
+                              "VALUES ($1, '5', 'observe', 'maintenance', 'ops')", cluster)
+    await decider.on_anomaly(anomaly(cluster), DELIVERY)
+    job = await ledger.pool.fetchrow("SELECT verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster)
+    assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0
+    assert job["verdict"] == "observing" and "operator switched the job to observe by ops" in job["verdict_reason"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from prometheus_client import Counter
 
@@ -54,6 +55,9 @@ class Decider:
                 history = await tx.history()  # the anomaly's step and exit code are now the attempt's
             # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
             policy = resolve(parse_comment(tx.row["comment"]), self.policies)
+            override = await tx.operator_mode()
+            if override is not None and override[0] == "observe":  # an operator's word beats the comment
+                policy = replace(policy, observe_only=True, option_errors=(override[1],))
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
             node_history = await tx.node_history(job_nodes, now - attribution.HISTORY_WINDOW)

@@ -245,6 +245,16 @@ class JobTx:
                            for r in rows if r["operation"] == "restart"),
         )
 
+    async def operator_mode(self) -> tuple[str, str] | None:
+        """The operator override in force (mode, reason), set through the API; None when there is none."""
+        row = await self.conn.fetchrow(
+            "SELECT mode, reason, actor FROM operator_overrides WHERE cluster=$1 AND job_id=$2 "
+            "ORDER BY at DESC, id DESC LIMIT 1", self.cluster, self.job_id)
+        if row is None:
+            return None
+        who = f" by {row['actor']}" if row["actor"] else ""
+        return row["mode"], f"an operator switched the job to {row['mode']}{who}: {row['reason'] or 'no reason given'}"
+
     async def attempt_nodes(self, attempt: int) -> list[str]:
         nodes = await self.conn.fetchval("SELECT nodes FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=$3",
                                          self.cluster, self.job_id, attempt)
