@@ -1,6 +1,7 @@
 #!/bin/bash
 # A toy "training job" whose first FAIL_ATTEMPTS attempts (default 1) crash, printing CRASH_LINE
-# (default: a segmentation fault), then it succeeds. STEP_SECONDS sets the pace.
+# (default: a segmentation fault; {first} and {peer} in it become the allocation's first and last
+# node), then it succeeds. STEP_SECONDS sets the pace.
 # relaunch opts in through the comment; --open-mode=append keeps every attempt's lines in one file.
 #SBATCH --job-name=flaky-train
 #SBATCH --comment=relaunch:max_attempts=2
@@ -13,7 +14,12 @@ for step in 1 2 3; do
 done
 if [ "$attempt" -lt "${FAIL_ATTEMPTS:-1}" ]; then
   echo "[train] crashing at=$(date +%s.%N)"
-  echo "${CRASH_LINE:-Segmentation fault (core dumped)}" >&2
+  line=${CRASH_LINE:-Segmentation fault (core dumped)}
+  # {first} and {peer}: the first and the last node of the allocation (to name hosts in the line).
+  hosts=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null)
+  line=${line//\{first\}/$(echo "$hosts" | head -n 1)}
+  line=${line//\{peer\}/$(echo "$hosts" | tail -n 1)}
+  echo "$line" >&2
   exit 1
 fi
 echo "[train] finished: saved final checkpoint"

@@ -52,3 +52,12 @@ def test_a_node_excluded_for_several_other_jobs_is_suspect_for_everyone():
     suspects = attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=history)
     assert [(s.node, s.excluded) for s in suspects] == [("node3", True)]
     assert "2 other jobs" in suspects[0].reasons[0] and "101, 102" in suspects[0].reasons[0]
+
+
+def test_hosts_named_by_a_network_error_are_suspects_unless_they_are_the_whole_job():
+    ib = anomaly(action="restart", nodes=["node4"], category="nccl_network_error", domain="hardware")
+    suspects = attribute(ib, ["node3", "node4"], [], NOW)
+    assert [(s.node, s.excluded) for s in suspects] == [("node4", True)]
+    pair = anomaly(action="restart", nodes=["node3", "node4"], category="nccl_network_error", domain="hardware")
+    assert attribute(pair, ["node3", "node4"], [], NOW) == ()
+    assert [s.node for s in attribute(pair, ["node1", "node2", "node3", "node4"], [], NOW)] == ["node3", "node4"]

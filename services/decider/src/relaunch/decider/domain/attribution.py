@@ -54,13 +54,16 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
         best, reasons = found.get(node, (0.0, []))
         found[node] = (max(best, confidence), reasons + [reason])
 
-    if anomaly.action == "restart_excluding":
+    node_fault = anomaly.action == "restart_excluding"
+    if node_fault or anomaly.fault_domain in ("hardware", "infrastructure"):
         named = [n for n in anomaly.nodes if n in members]
-        # A line that names one node among several is strong evidence; a fault class that is the
-        # node's (hardware) on a one-node attempt is too. All nodes of a multi-node job are not.
-        if named and (len(named) < len(members) or len(members) == 1):
+        # A line that names some nodes among several (a host, or both ends of a failed InfiniBand
+        # transfer) is evidence; a node's own fault class on a one-node attempt is too. All nodes of
+        # a multi-node job are not: excluding them all says nothing and may leave nothing to run on.
+        if named and (len(named) < len(members) or (len(members) == 1 and node_fault)):
             for node in named:
-                add(node, 0.8, f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
+                add(node, 0.8 if node_fault else 0.7,
+                    f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
     for event in events:
         if event.node not in members or not (anomaly.detected_at - window <= event.at <= now):
             continue
