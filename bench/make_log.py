@@ -46,7 +46,7 @@ FAILURES = [
 def write(path: Path, mib: int, seed: int = 7) -> int:
     rng = random.Random(seed)
     target = mib * 1024 * 1024
-    written, it = 0, 1
+    written, it, planted = 0, 1, False
     with open(path, "w", encoding="utf-8") as fh:
         while written < target:
             block = []
@@ -63,7 +63,12 @@ def write(path: Path, mib: int, seed: int = 7) -> int:
                 ))
             if written > target * 0.98:
                 block.extend(FAILURES)
+                planted = True
             text = "\n".join(block) + "\n"
+            fh.write(text)
+            written += len(text.encode())
+        if not planted:  # a log too small for the last 2% to start a block of its own
+            text = "\n".join(FAILURES) + "\n"
             fh.write(text)
             written += len(text.encode())
     return written

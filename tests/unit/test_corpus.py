@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from relaunch.detector.offline import classify_stream, load_scanner
+from relaunch.detector.scan_engines import hyperscan_importable
 
 CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
 
@@ -59,9 +60,11 @@ def _domain_right(label: dict, found) -> bool:
     return found is not None and found.fault_domain == DOMAINS[label["implicates"]]
 
 
-def test_corpus_accuracy_holds_its_ratchet():
+@pytest.mark.parametrize("engine", ["python", pytest.param("hyperscan", marks=pytest.mark.skipif(
+    not hyperscan_importable(), reason="hyperscan is not installed"))])
+def test_corpus_accuracy_holds_its_ratchet(engine):
     labels = _records()
-    scanner = load_scanner()
+    scanner = load_scanner(engine=engine)
     results = []
     for label in labels:
         with open(CORPUS / "logs" / f"{label['id']}.log", "rb") as stream:

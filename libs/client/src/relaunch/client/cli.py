@@ -183,20 +183,30 @@ def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject fil
 def classify(files: list[str] = typer.Argument(..., help="Log files to classify; - reads standard input."),
              as_json: bool = typer.Option(False, "--json", help="One JSON object per file per line."),
              signatures: list[Path] = typer.Option([], "--signatures", help="An operator signature file "
-                                                   "(TOML, tried before the built-in ones); repeatable.")) -> None:
+                                                   "(TOML, tried before the built-in ones); repeatable."),
+             engine: str = typer.Option("auto", "--engine", help="What picks the lines to match: auto "
+                                        "(Hyperscan when installed, else Python), hyperscan or python. The "
+                                        "results are the same; only the speed differs.")) -> None:
     """Say what went wrong in training logs, offline (no server): the root cause, its fault domain and
     what relaunch would do. Exit 2 when a file cannot be read."""
     try:  # the detector is optional for the client: only this command needs it
         from relaunch.detector.domain.signatures import CatalogueError
         from relaunch.detector.offline import classify_stream, load_scanner
+        from relaunch.detector.scan_engines import ENGINES, EngineUnavailable
     except ImportError as exc:
         err.print(f"[red]relaunch classify needs the detector package[/red] (relaunch-detector: "
                   f"pip install -e services/detector): {escape(str(exc))}")
         raise typer.Exit(EXIT_USAGE) from exc
+    if engine not in ENGINES:
+        err.print(f"[red]--engine must be one of {', '.join(ENGINES)}[/red]")
+        raise typer.Exit(EXIT_USAGE)
     try:
-        scanner = load_scanner([str(path) for path in signatures])
+        scanner = load_scanner([str(path) for path in signatures], engine)
     except (CatalogueError, OSError) as exc:
         err.print(f"[red]cannot load signatures[/red]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    except EngineUnavailable as exc:
+        err.print(f"[red]the hyperscan engine cannot be used[/red]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from exc
     unreadable = []
     for name in files:

@@ -14,6 +14,8 @@ still correct) and `backtracking_risk` None (the timing tests still guard the bu
 
 from __future__ import annotations
 
+import functools
+
 try:
     from re import _constants as _c
     from re import _parser as _p
@@ -33,7 +35,9 @@ def _name(op) -> str:
     return str(op)
 
 
+@functools.lru_cache(maxsize=1024)
 def _parse(source: str):
+    """Cached: the catalogue loader and the scanner ask about the same sources (read-only trees)."""
     if _p is None:
         return None
     try:

@@ -7,17 +7,20 @@ Invariants:
   in the built-in catalogue, so a framework's hint is never read as the error it talks about);
 - the prefilter only saves work and never changes a result: it looks for the literals that every
   match of a signature must contain (derived from the patterns, never hand-written), and a line is
-  tried only against the signatures whose literals it holds. A multi-pattern engine (Hyperscan)
-  can replace the finder (`_keywords_in`, and the block search in `scan_text`) without touching
-  the rest;
+  tried only against the signatures whose literals it holds;
+- a line finder (a multi-pattern engine over raw bytes, see byte_patterns and
+  adapters/hyperscan_engine) may pick the lines of a block worth matching in `scan_bytes`; it is
+  given byte supersets of the signatures, so it can only add lines, and every line it picks still
+  gets the exact `match_line` above: the result is the same with or without it;
 - advice consumes a line and yields nothing: the classifier never needs it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .pattern_analysis import required_literals, top_level_alternatives
@@ -26,6 +29,10 @@ from .signatures import MAX_LINE, Catalogue, Signature
 _NODE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 """What relaunch.common.schemas.Name accepts: a name that is not one cannot be excluded in Slurm."""
 _ADDRESS = re.compile(r"^[0-9.:]+$")
+
+LineFinder = Callable[[bytes], "list[tuple[int, int]] | None"]
+"""Given a block of whole lines (bytes), the (start, end) spans of the lines that may match, in order,
+or None when it cannot say cheaply (the block is then matched line by line in Python)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,11 @@ def literal_trie_pattern(words: Iterable[str]) -> str:
 class Scanner:
     """Built once from a catalogue; immutable afterwards (the plan cache only memoises)."""
 
-    def __init__(self, catalogue: Catalogue) -> None:
+    def __init__(self, catalogue: Catalogue, line_finder: LineFinder | None = None, engine: str = "python") -> None:
         self.catalogue = catalogue
+        self.line_finder = line_finder
+        self.engine = engine
+        """Which finder picks the lines of a block: "python" (the keyword trie) or the engine's name."""
         # Units: each signature's top-level alternatives with their own keywords, in catalogue order,
         # so a line is tried only against the alternatives whose literals it holds.
         self._units = [(sig, piece, words) for sig in catalogue.signatures for piece, words in _pieces(sig)]
@@ -101,6 +111,17 @@ class Scanner:
         self._finder = re.compile(source) if source else None  # searched in lower-cased text
         self._finder_any_case = re.compile(source, re.IGNORECASE) if source else None
         self._plan = functools.lru_cache(maxsize=4096)(self._plan_uncached)
+
+    def with_line_finder(self, line_finder: LineFinder, engine: str) -> Scanner:
+        """This scanner with a line finder: a shallow copy, since building the units costs ~0.2 s."""
+        twin = copy.copy(self)
+        twin.line_finder, twin.engine = line_finder, engine
+        return twin
+
+    def explaining_patterns(self) -> list[re.Pattern[str]]:
+        """The patterns a line finder must cover: every alternative that can explain a line. Advice is
+        left out: it only ever hides a line that another signature matches."""
+        return [piece for sig, piece, _ in self._units if sig.role != "advice"]
 
     def _searchable(self, text: str) -> tuple[str, re.Pattern[str] | None]:
         """Lower-cased text and the case-sensitive finder (fast) when positions survive lower-casing
@@ -174,27 +195,80 @@ class Scanner:
         Only the lines the finder hits are cut out of a block, so healthy text costs one search."""
         index = 0
         for block in blocks:
-            text, finder = self._searchable(block)
-            if self._always or finder is not self._finder or finder is None:
-                lines = block.split("\n")
-                if block.endswith("\n"):
-                    lines.pop()
-                yield from self.scan(lines, index)
-                index += len(lines)
+            index = yield from self._scan_block(block, index)
+
+    def _scan_block(self, block: str, index: int) -> Iterator[Match]:
+        """The matches of one block whose first line has number `index`; returns the next block's."""
+        text, finder = self._searchable(block)
+        if self._always or finder is not self._finder or finder is None:
+            lines = block.split("\n")
+            if block.endswith("\n"):
+                lines.pop()
+            yield from self.scan(lines, index)
+            return index + len(lines)
+        pos = counted = 0
+        while (hit := finder.search(text, pos)) is not None:
+            start = text.rfind("\n", 0, hit.start()) + 1
+            end = text.find("\n", hit.start())
+            end = len(text) if end < 0 else end
+            index += text.count("\n", counted, start)
+            counted = start
+            if hit.start() - start < MAX_LINE:  # else no keyword lies in the part of the line matched
+                found = self.match_line(block[start:end], index)
+                if found is not None:
+                    yield found
+            pos = end + 1
+        return index + text.count("\n", counted) + (0 if block.endswith("\n") or not block else 1)
+
+    def prepare_block(self, block: bytes) -> PreparedBlock:
+        """The costly, independent part of scanning a block (the engine's search and the line count),
+        separate so that a caller may run it for several blocks at once: it touches no shared state."""
+        spans = self.line_finder(block) if self.line_finder is not None and block else None
+        return PreparedBlock(block, block.count(b"\n") if spans is not None else -1, spans)
+
+    def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
+        """Like `scan_text` over raw blocks that end at line ends (adapters/logfiles.iter_byte_blocks):
+        each line is cut at `max_line_bytes` and decoded as UTF-8 with replacement, as the text reader
+        does. With a line finder, only the lines it picks are cut out and decoded: a healthy block costs
+        one engine search and no per-line Python work."""
+        return self.scan_prepared(map(self.prepare_block, blocks), max_line_bytes)
+
+    def scan_prepared(self, blocks: Iterable[PreparedBlock], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
+        """`scan_bytes` over blocks already prepared (prepare_block), in order."""
+        index = 0
+        for block in blocks:
+            data = block.data
+            if block.spans is None:
+                index = yield from self._scan_block(decoded_lines(data, max_line_bytes), index)
                 continue
-            pos = counted = 0
-            while (hit := finder.search(text, pos)) is not None:
-                start = text.rfind("\n", 0, hit.start()) + 1
-                end = text.find("\n", hit.start())
-                end = len(text) if end < 0 else end
-                index += text.count("\n", counted, start)
+            base, counted = index, 0
+            for start, end in block.spans:
+                index += data.count(b"\n", counted, start)
                 counted = start
-                if hit.start() - start < MAX_LINE:  # else no keyword lies in the part of the line matched
-                    found = self.match_line(block[start:end], index)
-                    if found is not None:
-                        yield found
-                pos = end + 1
-            index += text.count("\n", counted) + (0 if block.endswith("\n") or not block else 1)
+                line = data[start:min(end, start + max_line_bytes)].decode("utf-8", "replace")
+                found = self.match_line(line, index)
+                if found is not None:
+                    yield found
+            index = base + block.newlines + (0 if data.endswith(b"\n") else 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBlock:
+    data: bytes
+    """Whole lines (the last may lack its newline)."""
+    newlines: int
+    """How many newlines `data` holds (-1 when spans is None: not needed)."""
+    spans: list[tuple[int, int]] | None
+    """The lines worth matching, from the line finder; None: match every line in Python."""
+
+
+def decoded_lines(data: bytes, max_line_bytes: int) -> str:
+    """Whole lines of bytes as text: each line cut at `max_line_bytes`, decoded as UTF-8 with replacement
+    (binary junk never raises)."""
+    parts = data.split(b"\n")
+    if max(map(len, parts)) > max_line_bytes:
+        data = b"\n".join(part[:max_line_bytes] for part in parts)
+    return data.decode("utf-8", "replace")
 
 
 def _pieces(sig: Signature) -> list[tuple[re.Pattern[str], frozenset[str] | None]]:

@@ -1,0 +1,77 @@
+"""Which engine finds the lines worth matching: Hyperscan when it is installed and compiles the
+catalogue, else the pure-Python keyword finder. Both give the same results (domain/scanning.py); the
+choice only changes speed, so a failure to set up Hyperscan is a warning, never an error, unless the
+caller asked for Hyperscan by name.
+
+The choice is logged once per catalogue and engine (scanners are cached), at INFO when it is the one
+asked for and at WARNING when falling back.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import logging
+import re
+from pathlib import Path
+from typing import Literal
+
+from .domain import byte_patterns
+from .domain.byte_patterns import Untranslatable, superset_sources
+from .domain.scanning import Scanner, scanner_for
+from .domain.signatures import Catalogue
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["auto", "hyperscan", "python"]
+ENGINES: tuple[Engine, ...] = ("auto", "hyperscan", "python")
+
+
+class EngineUnavailable(RuntimeError):
+    """Hyperscan was asked for by name and cannot be used."""
+
+
+def hyperscan_importable() -> bool:
+    """Whether the hyperscan package is installed (found, not imported: the adapter imports it)."""
+    return importlib.util.find_spec("hyperscan") is not None
+
+
+@functools.lru_cache(maxsize=16)
+def scanner_with_engine(catalogue: Catalogue, engine: Engine = "auto") -> Scanner:
+    scanner = scanner_for(catalogue)
+    if engine == "python":
+        log.info("scan engine: python (asked for)")
+        return scanner
+    try:
+        # Imported here: hyperscan is optional, and the import costs start-up time only when used.
+        from .adapters.hyperscan_engine import EngineError, line_finder
+    except (ImportError, OSError) as exc:  # OSError: the extension's shared library cannot load
+        return _fallback(scanner, engine, f"hyperscan is not installed ({exc})")
+    try:
+        patterns = scanner.explaining_patterns()
+        finder = line_finder(translation_key(patterns), lambda: superset_sources(patterns))
+    except (EngineError, Untranslatable) as exc:
+        return _fallback(scanner, engine, str(exc))
+    log.info("scan engine: hyperscan")
+    return scanner.with_line_finder(finder, "hyperscan")
+
+
+def translation_key(patterns: list[re.Pattern[str]]) -> str:
+    """Names what superset_sources(patterns) returns without computing it (the translation costs a
+    few hundred milliseconds, a cache lookup nothing): the patterns, and the translating module's
+    own text, so that changing the translation never finds a stale database."""
+    try:
+        digest = hashlib.sha256(Path(byte_patterns.__file__).read_bytes())
+    except OSError:  # pragma: no cover - installed without source files: the patterns alone
+        digest = hashlib.sha256(byte_patterns.__name__.encode())
+    for pattern in patterns:
+        digest.update(b"\0%d\0" % pattern.flags + pattern.pattern.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _fallback(scanner: Scanner, engine: Engine, why: str) -> Scanner:
+    if engine == "hyperscan":
+        raise EngineUnavailable(why)
+    log.warning("scan engine: python, slower, same results (%s)", why)
+    return scanner
