@@ -31,9 +31,14 @@ def test_segfault_is_restarted_once_and_the_job_completes(services):
     assert all({"index", "state", "nodes"} <= set(a) for a in record["attempts"])
     assert record["attempts"][1]["state"] == "COMPLETED"
     (advice,) = record["advice"]
-    assert advice["generation"] == 1 and advice["operation"] == "restart" and advice["exclude_nodes"] == []
-    assert [s["step"] for s in advice["reconcile"] if s["status"] == "PENDING"] == ["requeuehold", "release",
-                                                                                   "start_now"]
+    assert advice["generation"] == 1 and advice["operation"] == "restart"
+    # A segfault names no culprit; a node may still be left out for its history across jobs (earlier
+    # tests restarted several jobs without it), and then the evidence says so.
+    for node in advice["exclude_nodes"]:
+        assert any(ref.startswith(f"node:{node}:") and "other jobs" in ref for ref in advice["evidence_refs"])
+    exclude = ["exclude"] if advice["exclude_nodes"] else []
+    assert [s["step"] for s in advice["reconcile"] if s["status"] == "PENDING"] == [
+        "requeuehold", *exclude, "release", "start_now"]
     (anomaly,) = record["anomalies"]
     assert anomaly["signature_id"] == "segfault" and anomaly["attempt"] == 0
     assert "Segmentation fault" in anomaly["evidence"][0]["text"]
