@@ -13,12 +13,13 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
 from relaunch.common.errors import TemporaryError
+from relaunch.common.job_states import FAILED_STATES
 from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Chunk, read_new_lines
-from .domain.detection import FAILED_STATES, crash_from_log, crash_from_scheduler
+from .domain.detection import crash_from_log, crash_from_scheduler
 from .domain.signatures import Catalogue
 from .tracking import ProgressTracker
 

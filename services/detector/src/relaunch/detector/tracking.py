@@ -22,13 +22,10 @@ from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
 from .adapters.hotstate import HotState, parse_nodes
 from .domain import hangs, stragglers
+from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
 
 log = logging.getLogger(__name__)
-
-
-def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str) -> str:
-    return f"{cluster}.{job_id}.{attempt}.{kind}"
 
 
 class ProgressTracker:

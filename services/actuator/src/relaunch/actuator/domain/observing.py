@@ -13,15 +13,13 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
+from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment
 
 from .hostlists import expand
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9/:_]*=")
 HELD_REASONS = frozenset({"job_requeued_in_held_state", "JobHeldAdmin", "JobHeldUser"})
-TRANSIENT_STATES = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "REQUEUED"})
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
-FINAL_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:

@@ -16,9 +16,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Literal
 
+from relaunch.common.job_states import FAILED_STATES, TRANSIENT_STATES
 from relaunch.common.schemas import Advice
 
-from .observing import FAILED_STATES, TRANSIENT_STATES, Observed
+from .observing import Observed
 
 Step = Literal["requeuehold", "exclude", "release", "start_now", "cancel"]
 

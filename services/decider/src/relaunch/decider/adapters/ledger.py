@@ -17,7 +17,7 @@ from importlib import resources
 
 import asyncpg
 
-from relaunch.common import telemetry
+from relaunch.common import job_states, telemetry
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import (
@@ -33,8 +33,7 @@ log = logging.getLogger(__name__)
 MIGRATION_LOCK = 7_341_001
 """pg_advisory_lock key: one decider at a time applies migrations."""
 
-FINAL_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-                          "COMPLETED", "CANCELLED", "REQUEUED"})
+FINAL_STATES = job_states.FINAL_STATES | {"REQUEUED"}
 """Attempt states that say the attempt has ended (REQUEUED: this ledger's mark of an attempt Slurm restarted)."""
 
 _UNAVAILABLE = (OSError, asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.ConnectionDoesNotExistError,

@@ -16,7 +16,6 @@ from .classifying import Classification, classify
 from .scanning import Scanner, scanner_for
 from .signatures import Catalogue
 
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
 
 _SCHEDULER_FALLBACK = {
     # state: (category, fault_domain, action, summary)
@@ -30,8 +29,9 @@ _SCHEDULER_FALLBACK = {
 }
 
 
-def anomaly_id(cluster: str, job_id: str, attempt: int) -> str:
-    return f"{cluster}.{job_id}.{attempt}.crash"
+def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str = "crash") -> str:
+    """One anomaly per attempt and kind, whatever replica finds it."""
+    return f"{cluster}.{job_id}.{attempt}.{kind}"
 
 
 def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[str], now: dt.datetime
