@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-RUN = REPO / ".run" / "test"
+# RELAUNCH_TEST_RUN_DIR / RELAUNCH_TEST_PORT_BASE let two checkouts run their suites side by side.
+RUN = Path(os.environ.get("RELAUNCH_TEST_RUN_DIR") or REPO / ".run" / "test").resolve()
 STACK_ENV = {
-    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": "24000", "RELAUNCH_CLUSTER": "reltest",
+    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": os.environ.get("RELAUNCH_TEST_PORT_BASE", "24000"),
+    "RELAUNCH_CLUSTER": "reltest",
     # Longer than a restarted actuator's wait for the old lease (<= 8 s), so that the watchdog only
     # steps in when every actuator is really gone; short enough for a test.
     "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1",

@@ -49,7 +49,7 @@ async def test_actuator_killed_after_each_step_restarts_exactly_once(services, s
 
 
 async def test_standby_converges_when_the_leader_dies(services):
-    env = {**os.environ, **services, "RELAUNCH_ACTUATOR_HEALTH_PORT": "24099",
+    env = {**os.environ, **services, "RELAUNCH_ACTUATOR_HEALTH_PORT": str(int(services["RELAUNCH_PORT_BASE"]) + 99),
            "RELAUNCH_ACTUATOR_INSTANCE": "standby"}
     log = open(os.path.join(services["RELAUNCH_RUN_DIR"], "log", "actuator-standby.log"), "ab")
     standby = subprocess.Popen([sys.executable, "-m", "relaunch.actuator"], env=env, stdout=log, stderr=log,

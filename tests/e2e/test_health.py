@@ -1,12 +1,13 @@
 """Every service of the stack starts, connects and answers its health check."""
 
 import json
+import os
 import urllib.request
 
 import pytest
 
 pytestmark = pytest.mark.e2e
-BASE = 24000  # RELAUNCH_PORT_BASE of the test stack (conftest.py); offsets as in scripts/stack.sh
+BASE = int(os.environ.get("RELAUNCH_TEST_PORT_BASE", "24000"))  # the test stack (conftest.py); offsets as in scripts/stack.sh
 
 
 @pytest.mark.parametrize("name,port", [
