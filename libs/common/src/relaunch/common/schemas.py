@@ -60,6 +60,11 @@ class JobObserved(Message):
     stderr: str = ""
     exit_code: int | None = None
     observed_at: dt.datetime
+    # Additive in v1 (None: not known):
+    submit_time: dt.datetime | None = Field(
+        None, description="Slurm's SubmitTime; with cluster and job_id it names a job (a reused job id is a new job)")
+    partition_nodes: int | None = Field(
+        None, ge=0, description="nodes of the job's partition that can run jobs now (not down, drained or failed)")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
