@@ -10,8 +10,9 @@ class DetectorSettings(ServiceSettings):
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_DETECTOR_", extra="forbid", frozen=True)
 
-    follow_interval_s: float = 0.25
-    """How often followed log files are read for new lines."""
+    follow_interval_s: float = 0.1
+    """How often followed log files are read for new lines (one stat per file; at 0.1 s the failure
+    line -> Advice p95 is ~0.15 s on the mini-cluster, at 0.25 s it was 0.33 s)."""
     failure_grace_s: float = 2.0
     """After Slurm reports a failed attempt, how long to wait for log lines that explain it
     before falling back to the scheduler's state."""
