@@ -42,6 +42,10 @@ def _read_env(path: Path) -> dict[str, str]:
     # Tests that need an API token set it themselves; leaking the stack's into the process would
     # change what unit tests of the API see.
     env.pop("RELAUNCH_API_TOKEN_FILE", None)
+    # The suite acts as the operator: NATS user admin (every subject). The services run as their own
+    # users; tests/reliability/test_permissions_*.py prove what those may not do.
+    env["RELAUNCH_NATS_USER"] = "admin"
+    env["RELAUNCH_NATS_PASSWORD_FILE"] = str(path.parent / "creds" / "admin.pass")
     return env
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from relaunch.client import inject
 from relaunch.common import subjects
-from relaunch.common.bus import Bus
+from relaunch.common.bus import Bus, connect_options
 from relaunch.common.schemas import NodeHealth
 from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
 from relaunch.gpu_probe.handlers import Probe, ProbeConfig
@@ -33,7 +33,7 @@ async def test_an_injected_xid_79_is_published_at_once_as_failed(test_stack, uni
     bus = await Bus.connect(url, f"probe-{unique}")
     probe = Probe(bus, FakeNvml(8), ProbeConfig(cluster=cluster, node=node, expected_gpus=8, interval_s=INTERVAL_S,
                                                  event_wait_s=0.2))
-    listener = await nats.connect(url)
+    listener = await nats.connect(url, **connect_options())
     seen: asyncio.Queue[NodeHealth] = asyncio.Queue()
 
     async def on_health(msg) -> None:

@@ -68,6 +68,8 @@ def test_an_operator_file_is_read_and_left_out_keys_take_the_built_in_defaults(o
     ('[policy.default]\nrestart_on_preemption = 1\n', "policy.default.restart_on_preemption", "true or false"),
     ('[policy.default]\nstraggler = true\n', "policy.default.straggler", '"off", "opt-in" or "on"'),
     ('[policy.default]\nhang_timeout_cap = 5\n', "policy.default.hang_timeout_cap", "at least 10"),
+    ('[policy.default]\nib_pair = "either"\n', "policy.default.ib_pair", "must be 'both' or 'one'"),
+    ('[policy.default]\nib_pair = 1\n', "policy.default.ib_pair", "must be 'both' or 'one'"),
     ('[policy.default]\nmax_attempts = 5\nmax_attempts_cap = 4\n', "policy.default.max_attempts_cap",
      "at least max_attempts"),
     ('[policy.default.budgets]\ngpu = 3\n', "policy.default.budgets.gpu", "unknown failure class"),
@@ -104,7 +106,15 @@ def test_unreadable_and_malformed_files_say_so(tmp_path):
 
 
 def test_policy_keys_are_listed_for_the_docs():
-    assert {"max_attempts", "max_attempts_cap", "budgets.application", "storm.window_s"} <= set(policy_keys())
+    expected = {"max_attempts", "max_attempts_cap", "budgets.application", "storm.window_s", "ib_pair"}
+    assert expected <= set(policy_keys())
+
+
+def test_ib_pair_is_read_and_defaults_to_both(tmp_path):
+    policies = load_policies(write(tmp_path, '[policy.default]\n[policy.wide]\nib_pair = "one"\n'))
+    assert policies.policies["default"].ib_pair == "both" and policies.policies["wide"].ib_pair == "one"
+    assert resolve(parse_comment("relaunch:policy=wide"), policies).as_dict()["ib_pair"] == "one"
+    assert load_policies().policies["pretrain"].ib_pair == "one"
 
 
 # --- resolve: a job may tighten its policy, never loosen it ---------------------------------------------

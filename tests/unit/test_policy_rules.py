@@ -33,6 +33,12 @@ def attempts(*steps, exit_codes=None):
 
 BIG = Policy(max_attempts=20, max_attempts_cap=20)
 
+
+def decided(attempt, status, expires=30 * MIN):
+    """A History in which `attempt` got a restart Advice (generation 1) now in `status`."""
+    advice = RestartRecord(attempt, 1, "unknown", NOW - MIN, status=status, expires_at=NOW + expires)
+    return History(decided_attempts=frozenset({attempt}), last_generation=1, restarts=(advice,))
+
 RULES = [
     # (name, history, anomaly, policy, expected kind, expected rule, words in the reason)
     ("user cancelled (ledger)", History(user_cancelled=True), anomaly(), BIG, "stop", "user_cancelled", "cancelled"),
@@ -100,6 +106,16 @@ RULES = [
     ("progress rule off", History(attempts=attempts(1000)), anomaly(1, last_step=950),
      replace(BIG, stop_without_progress=False), "restart", "within_budget", ""),
     ("first attempt has nothing to compare", History(), anomaly(0, last_step=0), BIG, "restart", "within_budget", ""),
+    ("a second incident joins the open advice", decided(0, "PENDING"), anomaly(0, kind="hang"), BIG,
+     "join", "joins_open_advice", "joined advice generation 1"),
+    ("even when the job is observe-only now", decided(0, "PENDING"), anomaly(0),
+     Policy(observe_only=True, option_errors=("x",)), "join", "joins_open_advice", "no second restart"),
+    ("a converged advice is not joined", decided(0, "CONVERGED"), anomaly(0), BIG, "none", "already_decided", ""),
+    ("an abandoned advice is not joined", decided(0, "ABANDONED"), anomaly(0), BIG, "none", "already_decided", ""),
+    ("an expired advice is not joined", decided(0, "PENDING", expires=-MIN), anomaly(0), BIG,
+     "none", "already_decided", ""),
+    ("a stopped attempt is not restarted", History(decided_attempts=frozenset({0})), anomaly(0), BIG,
+     "none", "already_decided", ""),
     ("straggler blocked by a rule is reported", History(attempts=attempts(1000)),
      anomaly(1, kind="straggler", action="restart_excluding", nodes=["n2"], last_step=900),
      replace(BIG, straggler=True), "report", "no_progress", "no further"),
@@ -181,3 +197,21 @@ def test_budgets_are_never_exceeded_and_application_faults_never_restarted(seed)
             assert decision.rule  # every stop names its rule
     generations = [d.generation for d in restarts]
     assert generations == list(range(1, len(generations) + 1))
+
+
+def test_every_rule_and_policy_key_is_documented():
+    """docs/policy.md lists every rule decide() can name and every key of a policy table."""
+    import re
+    from pathlib import Path
+
+    from relaunch.decider.domain import policy as policy_module
+    from relaunch.decider.domain.policies import policy_keys
+
+    source = Path(policy_module.__file__).read_text()
+    rules = set(re.findall(r'Decision\(\s*"\w+", "(\w+)"', source)) | set(re.findall(r'stop\("(\w+)"', source))
+    assert {"joins_open_advice", "already_decided", "within_budget", "class_budget"} <= rules
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
+    for rule in rules:
+        assert f"`{rule}`" in docs and rule in (policy_module.__doc__ or ""), rule
+    for key in policy_keys():
+        assert key.split(".")[-1] in docs, key

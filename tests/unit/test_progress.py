@@ -150,4 +150,6 @@ def test_hostile_lines_take_bounded_time(preset):
     for line in [*HOSTILE, junk, junk.decode("latin-1")]:
         started = time.perf_counter()
         parse_line(line, preset)
-        assert time.perf_counter() - started < 0.25, repr(line[:40])
+        # Linear work on 10 MB is ~0.1 s; backtracking would take minutes. The bound is loose so a busy
+        # CI machine does not fail it.
+        assert time.perf_counter() - started < 2.0, repr(line[:40])

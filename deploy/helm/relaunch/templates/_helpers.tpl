@@ -290,3 +290,64 @@ also calls insecure: --force turns those refusals into warnings. */}}
       mountPath: /run/munge
 {{- end }}
 {{- end }}
+
+{{/* NATS credentials and TLS (docs/security.md): (dict "ctx" $ "user" "detector"). The password is a
+file from the natsAuth Secret, holding only this user's key; never an environment value. */}}
+{{- define "relaunch.natsAuthEnv" -}}
+{{- if .ctx.Values.natsAuth.existingSecret }}
+- name: RELAUNCH_NATS_USER
+  value: {{ .user | quote }}
+- name: RELAUNCH_NATS_PASSWORD_FILE
+  value: /var/run/secrets/relaunch/nats/password
+{{- end }}
+{{- if .ctx.Values.natsTls.existingSecret }}
+- name: RELAUNCH_NATS_TLS_CA
+  value: /var/run/secrets/relaunch/nats-tls/ca.crt
+{{- if .ctx.Values.natsTls.clientCert }}
+- name: RELAUNCH_NATS_TLS_CERT
+  value: /var/run/secrets/relaunch/nats-tls/tls.crt
+- name: RELAUNCH_NATS_TLS_KEY
+  value: /var/run/secrets/relaunch/nats-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.natsAuthMounts" -}}
+{{- if .ctx.Values.natsAuth.existingSecret }}
+- name: nats-credentials
+  mountPath: /var/run/secrets/relaunch/nats
+  readOnly: true
+{{- end }}
+{{- if .ctx.Values.natsTls.existingSecret }}
+- name: nats-tls
+  mountPath: /var/run/secrets/relaunch/nats-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.natsAuthVolumes" -}}
+{{- if .ctx.Values.natsAuth.existingSecret }}
+- name: nats-credentials
+  secret:
+    secretName: {{ .ctx.Values.natsAuth.existingSecret }}
+    defaultMode: 0400
+    items:
+      - key: {{ printf "%s.pass" .user }}
+        path: password
+{{- end }}
+{{- if .ctx.Values.natsTls.existingSecret }}
+- name: nats-tls
+  secret:
+    secretName: {{ .ctx.Values.natsTls.existingSecret }}
+    defaultMode: 0400
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- if .ctx.Values.natsTls.clientCert }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}

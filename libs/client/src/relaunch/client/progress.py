@@ -58,6 +58,8 @@ class ProgressReporter:
     async def _publish_loop(self) -> None:
         import nats
 
+        from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+
         nc = None
         loop = asyncio.get_running_loop()
         while True:
@@ -67,7 +69,8 @@ class ProgressReporter:
             try:
                 if nc is None or nc.is_closed:
                     nc = await nats.connect(self.nats_url, connect_timeout=2, max_reconnect_attempts=3,
-                                            allow_reconnect=True, reconnect_time_wait=0.5, error_cb=_quiet)
+                                            allow_reconnect=True, reconnect_time_wait=0.5, error_cb=_quiet,
+                                            **connect_options())
                 await nc.publish(self.subject, dump(record))
                 self.sent += 1
             except Exception:  # the bus is down or unreachable: drop and count, try again next record

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -26,9 +27,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from . import subjects, telemetry
+from . import natsauth, subjects, telemetry
 from .errors import PermanentError, TemporaryError
 from .schemas import DeadLetter, Message, dump
+from .settings import CommonSettings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,11 @@ CONSUMED = Counter(
 )
 DEAD_LETTERS = Counter("relaunch_dead_letters_total", "Messages sent to the DLQ", ["service", "consumer"])
 
+CONNECT_TIMEOUT_S = 8.0
+"""Longest one connection attempt may take, TLS handshake and first JetStream round trip included."""
+MAX_BODY_BYTES = 1024 * 1024
+"""A body larger than this is dead-lettered unparsed (NATS' default max_payload; a server configured
+with a larger one does not make the services parse more)."""
 DLQ_PAYLOAD_KEEP = 64 * 1024
 """How much of a rejected body the DLQ entry keeps (the size is recorded whole)."""
 BUG_DELIVERIES = 20
@@ -60,6 +67,34 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def connect_options(settings: CommonSettings | None = None) -> dict:
+    """Keyword arguments for `nats.connect` from the RELAUNCH_NATS_* settings: the user, its password
+    read from its file (never from argv or the environment), its private reply inbox, and TLS."""
+    s = settings if settings is not None else CommonSettings()
+    options: dict = {}
+    if s.nats_password_file and not s.nats_user:
+        raise SettingsError("RELAUNCH_NATS_PASSWORD_FILE is set but RELAUNCH_NATS_USER is not: set both")
+    if s.nats_user:
+        options["user"] = s.nats_user
+        options["inbox_prefix"] = natsauth.inbox_prefix(s.nats_user)
+        if s.nats_password_file:
+            try:
+                options["password"] = natsauth.read_password(s.nats_password_file)
+            except (OSError, ValueError) as exc:
+                raise SettingsError(f"cannot read RELAUNCH_NATS_PASSWORD_FILE: {exc}") from exc
+    if s.nats_tls_ca or s.nats_tls_cert:
+        if bool(s.nats_tls_cert) != bool(s.nats_tls_key):
+            raise SettingsError("RELAUNCH_NATS_TLS_CERT and RELAUNCH_NATS_TLS_KEY go together: set both or neither")
+        try:
+            context = ssl.create_default_context(cafile=s.nats_tls_ca or None)
+            if s.nats_tls_cert:
+                context.load_cert_chain(s.nats_tls_cert, s.nats_tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(f"cannot load the NATS TLS files (RELAUNCH_NATS_TLS_*): {exc}") from exc
+        options["tls"] = context
+    return options
+
+
 class Bus:
     """One NATS connection with JetStream, for one service."""
 
@@ -69,16 +104,21 @@ class Bus:
         self.service = service
 
     @classmethod
-    async def connect(cls, url: str, service: str, *, wait_s: float = 60.0) -> Bus:
-        """Connect, retrying while the server is not up yet (a service may start before NATS)."""
+    async def connect(cls, url: str, service: str, *, wait_s: float = 60.0, options: dict | None = None) -> Bus:
+        """Connect, retrying while the server is not up yet (a service may start before NATS).
+
+        `options`: extra `nats.connect` arguments; by default `connect_options()` (user, TLS from the
+        RELAUNCH_NATS_* settings)."""
+        options = connect_options() if options is None else options
         deadline = asyncio.get_running_loop().time() + wait_s
         delay = 0.1
         while True:
             try:
-                nc = await nats.connect(
+                # Bounded as a whole: a failed TLS handshake (a wrong CA) would otherwise hang here.
+                nc = await asyncio.wait_for(nats.connect(
                     url, name=f"relaunch-{service}", connect_timeout=2, allow_reconnect=True,
-                    max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                )
+                    max_reconnect_attempts=-1, reconnect_time_wait=0.5, **options,
+                ), timeout=CONNECT_TIMEOUT_S)
                 bus = cls(nc, service)
                 await bus.ensure_streams()
                 return bus
@@ -94,7 +134,9 @@ class Bus:
         return self.nc.is_connected
 
     async def ensure_streams(self) -> None:
-        """Create or update every stream in `subjects.STREAMS` (idempotent, safe to race)."""
+        """Create or update every stream in `subjects.STREAMS` that is missing or differs (idempotent,
+        safe to race). With NATS permissions on, only the admin user may create or change a stream
+        (natsauth): a service then finds them made by the setup step and only reads their settings."""
         for spec in subjects.STREAMS:
             config = StreamConfig(
                 name=spec.name, subjects=list(spec.subjects), max_age=spec.max_age_s,
@@ -102,9 +144,27 @@ class Bus:
                 max_msgs_per_subject=spec.max_msgs_per_subject,
             )
             try:
-                await self.js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await self.js.update_stream(config)
+                have = (await self.js.stream_info(spec.name)).config
+            except nats.js.errors.NotFoundError:
+                have = None
+            if have is not None and _same_stream(have, config):
+                continue
+            try:
+                if have is None:
+                    try:
+                        await self.js.add_stream(config)
+                    except nats.js.errors.BadRequestError:  # created meanwhile with other settings
+                        await self.js.update_stream(config)
+                else:
+                    await self.js.update_stream(config)
+            except nats.errors.TimeoutError as exc:  # a permissions violation is never answered
+                if have is not None:
+                    log.warning("stream %s differs from this release's settings and %s may not change it: "
+                                "run `python -m relaunch.common.natsauth setup` as admin", spec.name, self.service)
+                    continue
+                raise TemporaryError(
+                    f"stream {spec.name} does not exist and NATS user of {self.service} may not create it: "
+                    "run `python -m relaunch.common.natsauth setup` as admin (scripts/stack.sh does)") from exc
 
     async def publish(self, subject: str, model: Message, msg_id: str | None = None,
                       traceparent: str | None = None) -> bool:
@@ -126,11 +186,15 @@ class Bus:
         await self.publish(subjects.dlq(self.service), letter, msg_id=msg_id)
 
     async def close(self) -> None:
+        """Flush what was published, then close. Not `drain()`: by now the consuming tasks are
+        cancelled, so a pull subscription's pending queue never empties and drain would wait out its
+        timeout on every stop; unacked messages are redelivered to the next replica anyway."""
         if not self.nc.is_closed:
             try:
-                await asyncio.wait_for(self.nc.drain(), timeout=5)
+                await self.nc.flush(timeout=2)
             except (TimeoutError, nats.errors.Error):
-                await self.nc.close()
+                pass
+            await self.nc.close()
 
 
 async def consume(
@@ -142,11 +206,96 @@ async def consume(
     *,
     batch: int = 16,
     active: Callable[[], bool] | None = None,
+    per_subject: bool = False,
 ) -> None:
     """Pull from a durable consumer until `stop` is set, mapping outcomes as the module says.
 
     `active`: when given and false (a standby without the lease), nothing is fetched.
+    `per_subject`: the messages of one fetch are handled concurrently, those on one subject one after
+    another in stream order. Every relaunch subject names one job, so each job's messages keep their
+    order while a handler that mostly waits on Redis, Postgres or NATS serves many jobs at once (1,000
+    failures at once must not queue behind each other's round trips). Only for handlers that are safe
+    to run for different jobs at the same time.
     """
+    sub = await _bind(bus, spec, stop)
+    while sub is not None and not stop.is_set():
+        msgs = await _fetch(sub, spec, batch, active)
+        if not per_subject or len(msgs) < 2:
+            for msg in msgs:
+                await _handle_one(bus, spec, model, handler, msg)
+            continue
+        lanes: dict[str, list[Msg]] = {}
+        for msg in msgs:
+            lanes.setdefault(msg.subject, []).append(msg)
+
+        async def lane(msgs: list[Msg]) -> None:
+            for msg in msgs:
+                await _handle_one(bus, spec, model, handler, msg)
+
+        async with asyncio.TaskGroup() as group:  # cancels the other lanes if one fails or we are stopped
+            for msgs in lanes.values():
+                group.create_task(lane(msgs))
+
+
+async def consume_batch(
+    bus: Bus,
+    spec: subjects.ConsumerSpec,
+    model: type[M],
+    handler: Callable[[list[tuple[M, Delivery]]], Awaitable[list[Exception | None]]],
+    stop: asyncio.Event,
+    *,
+    batch: int = 256,
+    active: Callable[[], bool] | None = None,
+) -> None:
+    """`consume` for a handler that does better with many messages at once (one round trip to its
+    store for all of them, as the detector's progress tracking does at thousands of messages a second).
+
+    The handler gets the messages of one fetch whose bodies parse, in stream order, and returns one
+    result per message: None (ack) or the exception that message met, mapped onto ack/nak/DLQ exactly
+    as `consume` maps a raised one; an exception the handler raises applies to every message of the
+    batch. Bodies that do not parse are dead-lettered one by one. One span per batch.
+    """
+    sub = await _bind(bus, spec, stop)
+    while sub is not None and not stop.is_set():
+        msgs = await _fetch(sub, spec, batch, active)
+        if not msgs:
+            continue
+        taken: list[Msg] = []
+        items: list[tuple[M, Delivery]] = []
+        for msg in msgs:
+            meta = msg.metadata
+            try:
+                body = parse_body(model, msg.data)
+            except PermanentError as exc:
+                outcome = await _settle(bus, spec, msg, exc)
+                CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+                continue
+            taken.append(msg)
+            items.append((body, Delivery(subject=msg.subject, num_delivered=meta.num_delivered,
+                                         stream_seq=meta.sequence.stream)))
+        if not items:
+            continue
+        with telemetry.consumer_span(f"{spec.durable} {model.__name__} batch", None, spec.filter_subject) as span:
+            span.set_attribute("messaging.batch.message_count", len(items))
+            try:
+                results = list(await handler(items))
+                if len(results) != len(items):
+                    raise RuntimeError(f"batch handler returned {len(results)} results for {len(items)} messages")
+            except Exception as exc:  # noqa: BLE001 - mapped per message below, as consume() does
+                results = [exc] * len(items)
+            for msg, result in zip(taken, results):
+                outcome = "ack"
+                try:
+                    if result is not None:
+                        raise result
+                    await msg.ack()
+                except Exception as exc:  # noqa: BLE001 - every kind is mapped by _settle
+                    outcome = await _settle(bus, spec, msg, exc)
+                CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+
+
+async def _bind(bus: Bus, spec: subjects.ConsumerSpec, stop: asyncio.Event):
+    """The pull subscription on `spec`'s durable, created or updated first; None when stopped meanwhile."""
     config = ConsumerConfig(
         durable_name=spec.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
         ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject,
@@ -159,28 +308,27 @@ async def consume(
                 await bus.js.add_consumer(spec.stream.name, config)
             except nats.js.errors.BadRequestError as exc:
                 log.warning("%s: keeping the existing consumer's settings: %s", spec.durable, exc)
-            sub = await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
-            break
+            return await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.APIError) as exc:
             log.warning("%s: cannot bind consumer yet: %s", spec.durable, exc)
             await asyncio.sleep(1.0)
-    else:
-        return
-    while not stop.is_set():
-        if active is not None and not active():
-            await asyncio.sleep(0.2)
-            continue
-        try:
-            msgs = await sub.fetch(batch, timeout=0.5)
-        except (nats.errors.TimeoutError, TimeoutError):
-            continue
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-                nats.js.errors.APIError, nats.errors.Error) as exc:
-            log.warning("%s: fetch failed (%s); retrying", spec.durable, exc)
-            await asyncio.sleep(0.5)
-            continue
-        for msg in msgs:
-            await _handle_one(bus, spec, model, handler, msg)
+    return None
+
+
+async def _fetch(sub, spec: subjects.ConsumerSpec, batch: int, active: Callable[[], bool] | None) -> list[Msg]:
+    """Up to `batch` messages (what is there now, or the first to come within 0.5 s); [] otherwise."""
+    if active is not None and not active():
+        await asyncio.sleep(0.2)
+        return []
+    try:
+        return await sub.fetch(batch, timeout=0.5)
+    except (nats.errors.TimeoutError, TimeoutError):
+        return []
+    except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+            nats.js.errors.APIError, nats.errors.Error) as exc:
+        log.warning("%s: fetch failed (%s); retrying", spec.durable, exc)
+        await asyncio.sleep(0.5)
+        return []
 
 
 async def _handle_one(bus: Bus, spec: subjects.ConsumerSpec, model: type[M],
@@ -198,39 +346,58 @@ async def _outcome(bus: Bus, spec: subjects.ConsumerSpec, model: type[M],
                    handler: Callable[[M, Delivery], Awaitable[None]], msg: Msg, delivery: Delivery,
                    dlq_id: str) -> str:
     """Run the handler and acknowledge as the module says; returns the outcome for metrics."""
-    meta = msg.metadata
-    outcome = "ack"
     try:
-        try:
-            body = model.model_validate_json(msg.data)
-        except ValidationError as exc:
-            raise PermanentError(f"not a valid {model.__name__}: {_short(exc)}") from exc
+        body = parse_body(model, msg.data)
         await handler(body, delivery)
         await msg.ack()
-    except TemporaryError as exc:
-        outcome = "nak"
+    except Exception as exc:  # noqa: BLE001 - every kind is mapped by _settle
+        return await _settle(bus, spec, msg, exc, dlq_id)
+    return "ack"
+
+
+async def _settle(bus: Bus, spec: subjects.ConsumerSpec, msg: Msg, exc: Exception, dlq_id: str | None = None) -> str:
+    """Nak, dead-letter or retry a message whose handling met `exc`; returns the outcome for metrics."""
+    meta = msg.metadata
+    dlq_id = dlq_id or f"{spec.stream.name}.{spec.durable}.{meta.sequence.stream}"
+    if isinstance(exc, TemporaryError):
         log.debug("%s: look again in %.1fs: %s", spec.durable, exc.delay, exc)
         await msg.nak(delay=exc.delay)
-    except PermanentError as exc:
-        outcome = "dlq"
+        return "nak"
+    if isinstance(exc, PermanentError):
         log.warning("%s: dead-lettering message on %s: %s", spec.durable, msg.subject, exc)
         await bus.dead_letter(msg.subject, str(exc), msg.data, dlq_id)
         DEAD_LETTERS.labels(bus.service, spec.durable).inc()
         await msg.term()
-    except Exception as exc:  # a bug or an outage we did not classify: never lose the message
-        last = spec.max_deliver if spec.max_deliver > 0 else BUG_DELIVERIES
-        if meta.num_delivered >= last:
-            outcome = "dlq"
-            log.exception("%s: giving up on message after %d deliveries", spec.durable, meta.num_delivered)
-            await bus.dead_letter(msg.subject, f"handler kept failing: {type(exc).__name__}: {exc}",
-                                  msg.data, dlq_id)
-            DEAD_LETTERS.labels(bus.service, spec.durable).inc()
-            await msg.term()
-        else:
-            outcome = "error"
-            log.exception("%s: handler failed (delivery %d); retrying", spec.durable, meta.num_delivered)
-            await msg.nak(delay=min(2.0 ** meta.num_delivered * 0.25, 30.0))
-    return outcome
+        return "dlq"
+    # A bug or an outage we did not classify: never lose the message.
+    last = spec.max_deliver if spec.max_deliver > 0 else BUG_DELIVERIES
+    if meta.num_delivered >= last:
+        log.error("%s: giving up on message after %d deliveries", spec.durable, meta.num_delivered, exc_info=exc)
+        await bus.dead_letter(msg.subject, f"handler kept failing: {type(exc).__name__}: {exc}", msg.data, dlq_id)
+        DEAD_LETTERS.labels(bus.service, spec.durable).inc()
+        await msg.term()
+        return "dlq"
+    log.error("%s: handler failed (delivery %d); retrying", spec.durable, meta.num_delivered, exc_info=exc)
+    await msg.nak(delay=min(2.0 ** meta.num_delivered * 0.25, 30.0))
+    return "error"
+
+
+def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
+    return (sorted(have.subjects or []) == sorted(want.subjects or []) and have.storage == want.storage
+            and abs((have.max_age or 0) - (want.max_age or 0)) < 1e-3
+            and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
+            and (have.max_msgs_per_subject or -1) == (want.max_msgs_per_subject or -1))
+
+
+def parse_body(model: type[M], data: bytes) -> M:
+    """The message `data` holds, or PermanentError saying why it is none (oversized, not JSON, wrong
+    schema version, unknown field, wrong type): what every consumer dead-letters."""
+    if len(data) > MAX_BODY_BYTES:
+        raise PermanentError(f"oversized: {len(data)} bytes > {MAX_BODY_BYTES}, not parsed")
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise PermanentError(f"not a valid {model.__name__}: {_short(exc)}") from exc
 
 
 def _short(exc: ValidationError) -> str:

@@ -19,13 +19,13 @@ _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
 
 
 def validate_name(value: str) -> str:
-    if not _TOKEN.match(value):
+    if not _TOKEN.fullmatch(value):  # fullmatch: `$` alone would let a trailing newline through
         raise ValueError(f"{value!r} is not a valid name (letters, digits, '_' and '-', 1-64 chars)")
     return value
 
 
 def _job_id(value: str) -> str:
-    if not _JOB_ID.match(value):
+    if not _JOB_ID.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slurm job id (digits, optionally _arrayindex)")
     return value
 
@@ -62,7 +62,8 @@ class JobObserved(Message):
     observed_at: dt.datetime
     # Additive in v1 (None: not known):
     submit_time: dt.datetime | None = Field(
-        None, description="Slurm's SubmitTime; with cluster and job_id it names a job (a reused job id is a new job)")
+        None, description="Slurm's SubmitTime of the job's first attempt (Slurm gives each requeued attempt a new "
+                          "one); with cluster and job_id it names a job (a reused job id is a new job)")
     partition_nodes: int | None = Field(
         None, ge=0, description="nodes of the job's partition that can run jobs now (not down, drained or failed)")
 

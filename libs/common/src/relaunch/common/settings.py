@@ -29,6 +29,20 @@ class CommonSettings(BaseSettings):
     """Python logging level for the service."""
     otlp_endpoint: str = ""
     """OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); empty: traces are not exported."""
+    nats_user: str = ""
+    """NATS user (docs/security.md); empty: connect without one, to a server without authorization."""
+    nats_password_file: str = ""
+    """File whose first line is the NATS user's password (a mounted Secret, or .run/creds/<user>.pass).
+    A file, never the password itself: environments and command lines are visible to other tools."""
+    nats_tls_ca: str = ""
+    """CA bundle (PEM) that signed the NATS server's certificate; set: connect over TLS and verify it."""
+    nats_tls_cert: str = ""
+    """Client certificate (PEM) for a NATS server that verifies clients (mutual TLS); needs nats_tls_key."""
+    nats_tls_key: str = ""
+    """Private key (PEM) of nats_tls_cert."""
+    trace_file: str = ""
+    """File to append one JSON line per finished span to; `{service}` in it becomes the service's name
+    (e.g. /var/log/relaunch/{service}.spans.jsonl). Empty: no span file."""
 
 
 class ServiceSettings(BaseSettings):

@@ -1,14 +1,11 @@
-"""Bus wiring of the actuator: the scheduler observer and the Advice reconciler.
+"""Bus wiring of the actuator: the Advice reconciler (the scheduler observer is in observer.py).
 
 Handlers only load -> plan -> do at most one step -> publish; the decisions are in domain/.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
-from collections.abc import Callable
 
 import nats.js.errors
 from prometheus_client import Counter
@@ -16,82 +13,32 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
-from relaunch.common.schemas import Advice, AuditEntry, JobObserved, ReconcileStatus
+from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus
 
 from .adapters.coordination import HoldRegistry
 from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
-from .domain.observing import Observed, opted_in_jobs
+from .domain.draining import Drain, plan_drains
+from .domain.observing import Observed
 from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, plan, would_run
+from .metrics import observe_recovery
+from .observer import Observer  # noqa: F401  (re-exported: the composition root wires it from here)
 
 log = logging.getLogger(__name__)
 
 RECONCILE_OUTCOMES = Counter("relaunch_reconcile_outcomes_total", "Terminal reconcile outcomes",
                              ["status", "reason"])
 STEPS = Counter("relaunch_reconcile_steps_total", "Reconcile steps taken", ["step", "mode"])
-OBSERVED = Counter("relaunch_jobs_observed_total", "JobObserved messages published")
-
-
-class Observer:
-    """Polls Slurm and publishes JobObserved for opted-in jobs whenever what we see changes."""
-
-    def __init__(self, bus: Bus, slurm: Slurm, cluster: str, interval_s: float,
-                 active: Callable[[], bool] = lambda: True) -> None:
-        self.bus, self.slurm, self.cluster, self.interval_s = bus, slurm, cluster, interval_s
-        self.active = active
-        self._last: dict[str, tuple] = {}
-        self._paths: dict[tuple[str, int], tuple[str, str]] = {}
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                if self.active():
-                    await self.poll_once()
-                else:
-                    self._last.clear()  # a standby re-publishes what it sees once it leads
-            except (TemporaryError, PermanentError) as exc:
-                log.warning("observer: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
-
-    async def poll_once(self) -> None:
-        listing = await self.slurm.list_jobs()
-        for job in opted_in_jobs(listing):
-            key = job.change_key()
-            if self._last.get(job.job_id) == key:
-                continue
-            stdout, stderr = await self._paths_of(job.job_id, job.restarts)
-            observed = JobObserved(
-                cluster=self.cluster, job_id=job.job_id, name=job.name, state=job.state, reason=job.reason,
-                restarts=job.restarts, nodes=list(job.nodes), comment=job.comment, partition=job.partition,
-                stdout=stdout, stderr=stderr, exit_code=job.exit_code, observed_at=utcnow(),
-            )
-            digest = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
-            await self.bus.publish(subjects.signal_job(self.cluster, job.job_id), observed,
-                                   msg_id=f"job.{self.cluster}.{job.job_id}.{digest}")
-            OBSERVED.inc()
-            self._last[job.job_id] = key
-
-    async def _paths_of(self, job_id: str, restarts: int) -> tuple[str, str]:
-        cached = self._paths.get((job_id, restarts))
-        if cached is None:
-            fields = await self.slurm.show_job(job_id) or {}
-            cached = (fields.get("StdOut", ""), fields.get("StdErr", ""))
-            if len(self._paths) > 10_000:
-                self._paths.clear()
-            self._paths[(job_id, restarts)] = cached
-        return cached
 
 
 class Reconciler:
     """Consumes ADVICE; acks only at a terminal outcome, naks to look again meanwhile."""
 
     def __init__(self, bus: Bus, slurm: Slurm, mode: str, holds: HoldRegistry, limit: ActionRateLimit | None,
-                 partitions: frozenset[str] = frozenset()) -> None:
+                 partitions: frozenset[str] = frozenset(), drain_nodes: bool = False) -> None:
         self.bus, self.slurm, self.mode, self.holds = bus, slurm, mode, holds
-        self.limit, self.partitions = limit, partitions
+        self.limit, self.partitions, self.drain_nodes = limit, partitions, drain_nodes
+        self._drain_rejected: set[tuple[str, str, int, str]] = set()
 
     async def newest_generation(self, advice: Advice) -> int:
         try:
@@ -106,12 +53,13 @@ class Reconciler:
     async def handle(self, advice: Advice, delivery: Delivery) -> None:
         observed = await self.slurm.observe(advice.job_id)
         newest = await self.newest_generation(advice)
-        p = plan(advice, observed, utcnow(), newest, self.partitions)
+        drains = await self._drains_to_do(advice)
+        p = plan(advice, observed, utcnow(), newest, self.partitions, drains)
         if p.kind in ("converged", "abandoned"):
             await self._finish(advice, "CONVERGED" if p.kind == "converged" else "ABANDONED", p.reason, p.detail)
             return
         if self.mode == "observe":
-            await self._observe_only(advice, observed)
+            await self._observe_only(advice, observed, drains)
             return
         await self.holds.touch(advice.cluster, advice.job_id)  # the watchdog sees we are alive
         if p.kind == "wait":
@@ -119,20 +67,56 @@ class Reconciler:
         await self._take_step(advice, p, observed)
         raise TemporaryError("step taken; verifying", delay=0.2)
 
-    async def _observe_only(self, advice: Advice, observed: Observed) -> None:
+    async def _drains_to_do(self, advice: Advice) -> tuple[Drain, ...]:
+        """Node drains this Advice still calls for (none unless RELAUNCH_ACTUATOR_DRAIN_NODES is on)."""
+        if not self.drain_nodes or not advice.exclude_nodes or advice.operation != "restart":
+            return ()
+        conditions = await self.slurm.node_conditions(sorted(set(advice.exclude_nodes)))
+        return tuple(d for d in plan_drains(advice, conditions)
+                     if (advice.cluster, advice.job_id, advice.generation, d.node) not in self._drain_rejected)
+
+    async def _observe_only(self, advice: Advice, observed: Observed, drains: tuple[Drain, ...] = ()) -> None:
         """Record every command act mode would run from here, run none, and finish the Advice."""
+        prefix = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.observe"
+        for drain in drains:
+            await self._audit(advice, "would drain", "observe mode: " + " ".join(
+                self.slurm.drain_argv(drain.node, drain.reason)), f"{prefix}.drain.{drain.node}")
+            STEPS.labels("drain", "observe").inc()
         steps = would_run(advice, observed)
         nodes = sorted(set(observed.excluded) | set(advice.exclude_nodes))
         for n, step in enumerate(steps, start=1):
             argv = " ".join(self.slurm.argv(step, advice.job_id, nodes))
             await self._audit(advice, f"would {step}", f"observe mode, step {n} of {len(steps)}: {argv}",
-                              f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.observe.{n}")
+                              f"{prefix}.{n}")
             STEPS.labels(step, "observe").inc()
+        done = [f"drain {d.node}" for d in drains] + list(steps)
         await self._finish(advice, "ABANDONED", OBSERVE_MODE,
-                           f"would have run: {', '.join(steps) or 'nothing'} (RELAUNCH_ACTUATOR_MODE=observe)")
+                           f"would have run: {', '.join(done) or 'nothing'} (RELAUNCH_ACTUATOR_MODE=observe)")
+
+    async def _drain(self, advice: Advice, p: Plan) -> None:
+        """One node drain; a rejected drain is audited and not retried for this Advice (the restart goes on)."""
+        assert p.drain is not None
+        node, reason = p.drain.node, p.drain.reason
+        key = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.drain.{node}"
+        if self.limit is not None:
+            await self.limit.take()
+        try:
+            await self.slurm.drain(node, reason)
+        except PermanentError as exc:
+            self._drain_rejected.add((advice.cluster, advice.job_id, advice.generation, node))
+            await self._audit(advice, "drain rejected", str(exc)[:1000], key + ".rejected")
+            return
+        STEPS.labels("drain", "act").inc()
+        await self._audit(advice, "drain", " ".join(self.slurm.drain_argv(node, reason)), key)
+        status = ReconcileStatus(cluster=advice.cluster, job_id=advice.job_id, generation=advice.generation,
+                                 status="PENDING", reason=p.reason, step="drain", detail=p.detail[:1000], at=utcnow())
+        await self.bus.publish(subjects.event_reconcile(advice.cluster, advice.job_id), status, msg_id=key + ".status")
 
     async def _take_step(self, advice: Advice, p: Plan, observed: Observed) -> None:
         assert p.step is not None
+        if p.step == "drain":
+            await self._drain(advice, p)
+            return
         job = advice.job_id
         key = f"actuator.{advice.cluster}.{job}.{advice.generation}.{p.step}.{observed.restarts}"
         nodes = sorted(set(observed.excluded) | set(advice.exclude_nodes))
@@ -165,6 +149,8 @@ class Reconciler:
                               status=status, reason=reason, detail=detail, at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, advice.job_id), msg,
                                msg_id=f"reconcile.{advice.cluster}.{advice.job_id}.{advice.generation}.final")
+        if status == "CONVERGED":
+            await observe_recovery(self.bus, advice, msg.at)
         await self.holds.forget(advice.cluster, advice.job_id)
         log.info("advice %s/%s gen %d: %s (%s) %s", advice.cluster, advice.job_id, advice.generation,
                  status, reason, detail)

@@ -28,16 +28,18 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ActuatorSettings)
     setup_logging("actuator", common.log_level)
-    setup_tracing("actuator", common.otlp_endpoint)
+    setup_tracing("actuator", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "actuator")
     slurm = Slurm(timeout_s=settings.slurm_timeout_s)
     instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"
     lease = Lease(bus.js, common.cluster, instance, settings.lease_ttl_s, settings.lease_renew_s)
     limit = ActionRateLimit(common.redis_url, common.cluster, settings.actions_per_minute, settings.actions_burst)
-    observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader)
-    reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions))
-    log.info("actuator %s starting in %s mode (partitions: %s)", instance, settings.mode,
-             ", ".join(settings.partitions) or "all")
+    observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader,
+                        history_window_s=settings.history_window_s)
+    reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions),
+                            drain_nodes=settings.drain_nodes)
+    log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,
+             ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 
     def tasks(stop: asyncio.Event):
         return [

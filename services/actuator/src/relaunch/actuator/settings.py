@@ -31,3 +31,10 @@ class ActuatorSettings(ServiceSettings):
     """How often the leader renews its lease and a standby tries to take it."""
     instance: str = ""
     """This actuator's name in the lease (default: host name and process id)."""
+    drain_nodes: bool = False
+    """Drain a node (`scontrol update NodeName=X State=DRAIN Reason="relaunch: ..."`) when an Advice
+    excludes it with confirmed hardware evidence (a gpu-probe "failed" verdict, or a hardware-domain
+    log signature naming it). Off: nodes are only excluded from the job. Observe mode only audits it."""
+    history_window_s: float = 900.0
+    """On start-up (and on taking over the lease) the observer reads job accounting (sacct) this far
+    back for opted-in jobs that ended, and were forgotten by slurmctld, while no observer was looking."""

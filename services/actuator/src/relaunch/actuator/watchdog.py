@@ -90,7 +90,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(WatchdogSettings)
     setup_logging("watchdog", common.log_level)
-    setup_tracing("watchdog", common.otlp_endpoint)
+    setup_tracing("watchdog", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "watchdog")
     watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
     log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)

@@ -17,6 +17,6 @@ def main() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ApiSettings)
     setup_logging("api", common.log_level)
-    setup_tracing("api", common.otlp_endpoint)
+    setup_tracing("api", common.otlp_endpoint, common.trace_file)
     app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url))
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=common.log_level.lower(), access_log=False)

@@ -23,6 +23,8 @@ from .policy_file import load_policies
 log = logging.getLogger(__name__)
 
 DECISIONS = Counter("relaunch_decisions_total", "Decisions taken", ["kind", "rule"])
+ADVICE = Counter("relaunch_advice_total", "Advice issued (committed to the ledger and its outbox), by operation",
+                 ["operation"])
 
 WAIT_FOR_EXIT_CODE_DELIVERIES = 5
 """A failure the scheduler reported is decided only once the decider's own copy of that observation
@@ -50,7 +52,10 @@ class Decider:
                     and (record is None or record.state not in FINAL_STATES)
                     and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
                 raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
-            await tx.save_anomaly(anomaly)
+            if not await tx.save_anomaly(anomaly):
+                # Already in the ledger: its decision was taken and committed with it (one transaction).
+                log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)
+                return
             if anomaly.last_step is not None or anomaly.exit_code is not None:
                 history = await tx.history()  # the anomaly's step and exit code are now the attempt's
             # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
@@ -61,13 +66,26 @@ class Decider:
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
             node_history = await tx.node_history(job_nodes, now - attribution.HISTORY_WINDOW)
-            suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history)
+            suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
+                                             previous=history.implicated(anomaly.attempt - 1),
+                                             ib_pair=policy.ib_pair)
             decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
+            await tx.save_suspects(anomaly.attempt, suspects, decision.exclude_nodes, anomaly.anomaly_id, now)
             detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
                       "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
+            if decision.left_in:
+                detail["left_in"] = list(decision.left_in)
             key = f"decider.{anomaly.anomaly_id}"
+            refs = [f"anomaly:{anomaly.anomaly_id}"] + [
+                f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
             if decision.kind == "none":
+                return
+            if decision.kind == "join":
+                await tx.join_advice(decision.generation, refs)
+                await tx.audit("join", {**detail, "generation": decision.generation}, key, now)
+                log.info("job %s/%s attempt %d: %s joined advice generation %d", anomaly.cluster, anomaly.job_id,
+                         anomaly.attempt, anomaly.anomaly_id, decision.generation)
                 return
             if decision.kind == "report":
                 await tx.audit("report", detail, key, now)
@@ -82,9 +100,7 @@ class Decider:
             advice = Advice(
                 cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
                 generation=decision.generation, operation="restart", exclude_nodes=list(decision.exclude_nodes),
-                reason=decision.reason[:4000],
-                evidence_refs=[f"anomaly:{anomaly.anomaly_id}"] + [
-                    f"node:{s.node}:{s.confidence:.1f}:{r}"[:500] for s in suspects for r in s.reasons],
+                reason=decision.reason[:4000], evidence_refs=refs,
                 policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
             )
             msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
@@ -92,6 +108,7 @@ class Decider:
             await tx.audit("restart", {**detail, "generation": advice.generation}, key, now)
             log.info("job %s/%s attempt %d: restart, advice generation %d", anomaly.cluster, anomaly.job_id,
                      anomaly.attempt, advice.generation)
+        ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
         self.outbox.kick()
 
     async def on_reconcile(self, status: ReconcileStatus, delivery: Delivery) -> None:

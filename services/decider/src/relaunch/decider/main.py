@@ -26,7 +26,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DeciderSettings)
     setup_logging("decider", common.log_level)
-    setup_tracing("decider", common.otlp_endpoint)
+    setup_tracing("decider", common.otlp_endpoint, common.trace_file)
     # Validated before anything connects: a bad policy file is an operator's mistake to fix, not a retry.
     policies = load_policies(settings.policy_file)
     log.info("policies from %s: %s (default %s)", policies.source, ", ".join(policies.names()), policies.default)
@@ -48,8 +48,11 @@ async def amain() -> None:
         return [
             outbox.run(stop),
             watch_db(stop),
-            consume(bus, subjects.DECIDER_JOBS, JobObserved, decider.on_job, stop),
-            consume(bus, subjects.DECIDER_ANOMALIES, AnomalyDetected, decider.on_anomaly, stop),
+            consume(bus, subjects.DECIDER_JOBS, JobObserved, decider.on_job, stop, per_subject=True),
+            # Jobs decided concurrently (a decision mostly waits on Postgres, and 1,000 failures at once
+            # must all be decided within seconds); safe, as between replicas: each holds its job's row lock.
+            consume(bus, subjects.DECIDER_ANOMALIES, AnomalyDetected, decider.on_anomaly, stop, batch=64,
+                    per_subject=True),
             consume(bus, subjects.DECIDER_RECONCILE, ReconcileStatus, decider.on_reconcile, stop),
             consume(bus, subjects.DECIDER_AUDIT, AuditEntry, decider.on_audit, stop),
             consume(bus, subjects.DECIDER_NODES, NodeHealth, decider.on_node, stop),

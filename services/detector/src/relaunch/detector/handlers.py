@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import logging
 import os
-
-from prometheus_client import Counter
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
@@ -18,36 +17,78 @@ from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
-from .adapters.logfiles import Chunk, read_new_lines
+from .adapters.logfiles import Chunk, file_sizes, read_new_lines
 from .domain.detection import crash_from_log, crash_from_scheduler
 from .domain.signatures import Catalogue
+from .metrics import LINES, anomaly_published
 from .tracking import ProgressTracker
 
 log = logging.getLogger(__name__)
 
-LINES = Counter("relaunch_log_lines_total", "Log lines read from job files")
-ANOMALIES = Counter("relaunch_anomalies_total", "Anomalies published", ["kind", "category", "source"])
+
+PATHS_REFRESH_S = 10.0
+"""How often the follower re-reads every followed job's file names from Redis (a job's files change
+only with a JobObserved, which this process hears of at once; another replica's, only here)."""
 
 
 class Follower:
-    """Reads new lines of every followed job's files and publishes them as LogBatch signals."""
+    """Reads new lines of every followed job's files and publishes them as LogBatch signals.
+
+    With thousands of followed jobs a pass must stay cheap: the files' names are kept in memory, every
+    file is stat()ed in one thread hop, and only a job whose file changed size since this process last
+    read it costs Redis round trips (read_job). Offsets stay in Redis, so a restart or another replica
+    resumes exactly; a restarted process reads every job once.
+    """
 
     def __init__(self, bus: Bus, state: HotState, cluster: str, interval_s: float, batch_bytes: int) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.interval_s, self.batch_bytes = interval_s, batch_bytes
         self._locks: dict[str, asyncio.Lock] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}
+        self._sizes: dict[tuple[str, str], int] = {}
+        self._paths_read_at = float("-inf")
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                for job_id in await self.state.followed(self.cluster):
-                    await self.read_job(job_id)
+                await self.pass_once()
             except TemporaryError as exc:
                 log.warning("follower: %s", exc)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
             except TimeoutError:
                 pass
+
+    async def pass_once(self) -> None:
+        """Read every followed job whose files changed size since this process last read them."""
+        followed = await self.state.followed(self.cluster)
+        now = asyncio.get_running_loop().time()
+        unknown = [j for j in followed if j not in self._paths]
+        if now - self._paths_read_at >= PATHS_REFRESH_S:
+            unknown, self._paths_read_at = followed, now
+        if unknown:
+            self._paths.update(await self.state.paths_many(self.cluster, unknown))
+        self._forget_unfollowed(set(followed))
+        files = [(job, path) for job in followed for path in self._paths.get(job, ())]
+        sizes = dict(zip(files, await asyncio.to_thread(file_sizes, [path for _, path in files])))
+        changed = dict.fromkeys(job for (job, path), size in sizes.items()
+                                if size is not None and self._sizes.get((job, path)) != size)
+        for job in changed:
+            await self.read_job(job)
+            for path in self._paths.get(job, ()):
+                if sizes.get((job, path)) is not None:
+                    self._sizes[(job, path)] = sizes[(job, path)]
+
+    def refresh(self, job_id: str) -> None:
+        """The job's files may have changed (a JobObserved): look them up and read them on the next pass."""
+        for path in self._paths.pop(job_id, ()):
+            self._sizes.pop((job_id, path), None)
+
+    def _forget_unfollowed(self, followed: set[str]) -> None:
+        for job in [j for j in self._paths if j not in followed]:
+            self.refresh(job)
+        for job in [j for j, lock in self._locks.items() if j not in followed and not lock.locked()]:
+            del self._locks[job]
 
     async def read_job(self, job_id: str) -> None:
         """Publish every complete line written since the last read (serialised per job)."""
@@ -76,15 +117,21 @@ class Follower:
         path_key = hashlib.sha1(path.encode()).hexdigest()[:12]
         start_index, start_offset, size = 0, chunk.offset, 0
         for i, line in enumerate(chunk.lines):
-            size += len(line) + 1
+            size += _wire_len(line)
             last = i == len(chunk.lines) - 1
-            if not last and size + len(chunk.lines[i + 1]) + 1 <= self.batch_bytes:
+            if not last and size + _wire_len(chunk.lines[i + 1]) <= self.batch_bytes:
                 continue
             batch = LogBatch(cluster=self.cluster, job_id=job_id, attempt=attempt, path=path,
                              offset=start_offset, lines=chunk.lines[start_index: i + 1], read_at=utcnow())
             await self.bus.publish(subjects.signal_log(self.cluster, job_id), batch,
                                    msg_id=f"log.{self.cluster}.{job_id}.{path_key}.{start_offset}-{chunk.ends[i]}")
             start_index, start_offset, size = i + 1, chunk.ends[i], 0
+
+
+def _wire_len(line: str) -> int:
+    """Bytes a line takes in a LogBatch body: a control character takes six as JSON (a log of them
+    would otherwise make a batch larger than NATS accepts, and stop the follower on that file)."""
+    return len(json.dumps(line, ensure_ascii=False).encode()) - 1
 
 
 class Detector:
@@ -94,6 +141,14 @@ class Detector:
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker
 
     async def on_log(self, batch: LogBatch, delivery: Delivery) -> None:
+        async with self.tracker.gate.urgent():
+            await self._on_log(batch)
+
+    async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
+        async with self.tracker.gate.urgent():
+            await self._on_job(obs)
+
+    async def _on_log(self, batch: LogBatch) -> None:
         await self.tracker.on_batch(batch)
         info = await self.state.job(batch.cluster, batch.job_id)
         found = crash_from_log(batch, self.catalogue, parse_nodes(info.get("nodes")), utcnow())
@@ -105,9 +160,9 @@ class Detector:
         if cascade:
             await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
             return
-        await self._publish(anomaly)
+        await self._publish(anomaly, batch.read_at)
 
-    async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
+    async def _on_job(self, obs: JobObserved) -> None:
         c, job = obs.cluster, obs.job_id
         info = await self.state.job(c, job)
         fields = {"stdout": obs.stdout, "stderr": obs.stderr, "nodes": nodes_field(obs.nodes),
@@ -126,6 +181,7 @@ class Detector:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
             fields["attempt"] = str(obs.restarts)
         await self.state.track(c, job, fields)
+        self.follower.refresh(job)
         await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING",
                                       finished=obs.state in FAILED_STATES or obs.state in ("COMPLETED", "CANCELLED"))
 
@@ -140,13 +196,13 @@ class Detector:
                 anomaly = (AnomalyDetected.model_validate_json(candidate) if candidate
                            else crash_from_scheduler(obs, utcnow()))
                 if anomaly is not None:
-                    await self._publish(anomaly)
+                    await self._publish(anomaly, obs.observed_at)
             await self.state.untrack(c, job)
         elif obs.state in ("COMPLETED", "CANCELLED"):
             await self.follower.read_job(job)
             await self.state.untrack(c, job)
 
-    async def _publish(self, anomaly: AnomalyDetected) -> None:
+    async def _publish(self, anomaly: AnomalyDetected, evidence_at: dt.datetime) -> None:
         if anomaly.last_step is None:
             step = await self.tracker.last_step(anomaly.job_id, anomaly.attempt)
             if step is not None:
@@ -155,5 +211,5 @@ class Detector:
                                msg_id=anomaly.anomaly_id)
         await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,
                                       anomaly.signature_id)
-        ANOMALIES.labels(anomaly.kind, anomaly.category, anomaly.source).inc()
+        anomaly_published(anomaly, evidence_at, utcnow())
         log.info("anomaly %s: %s (%s)", anomaly.anomaly_id, anomaly.category, anomaly.summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume
+from relaunch.common.bus import Bus, consume, consume_batch
 from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
@@ -15,6 +15,7 @@ from .adapters.hotstate import HotState
 from .domain import hangs, stragglers
 from .domain.signatures import load_catalogue
 from .handlers import Detector, Follower
+from .rebuilding import HotStateRebuilder
 from .settings import DetectorSettings
 from .tracking import ProgressTracker
 
@@ -23,7 +24,7 @@ async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DetectorSettings)
     setup_logging("detector", common.log_level)
-    setup_tracing("detector", common.otlp_endpoint)
+    setup_tracing("detector", common.otlp_endpoint, common.trace_file)
     catalogue = load_catalogue(settings.extra_signatures)
     bus = await Bus.connect(common.nats_url, "detector")
     state = HotState(common.redis_url)
@@ -33,6 +34,7 @@ async def amain() -> None:
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
                               sweep_s=settings.hang_sweep_s)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
+    rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis_ok = {"value": True}
 
     async def watch_redis(stop: asyncio.Event) -> None:
@@ -44,10 +46,12 @@ async def amain() -> None:
         return [
             follower.run(stop),
             watch_redis(stop),
-            consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop),
-            consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop),
-            consume(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress, stop),
+            # Different jobs' log batches and observations concurrently; one job's in order.
+            consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop, batch=64, per_subject=True),
+            consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop, batch=64, per_subject=True),
+            consume_batch(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress_batch, stop),
             tracker.sweep(stop),
+            rebuilder.run(stop),
         ]
 
     async def on_stop() -> None:

@@ -55,7 +55,7 @@ async def amain(node_arg: str | None) -> None:
         raise SettingsError(f"set the node with --node NAME or RELAUNCH_PROBE_NODE, and RELAUNCH_CLUSTER: {exc}") \
             from exc
     setup_logging(f"gpu-probe[{node}]", common.log_level)
-    setup_tracing(f"gpu-probe[{node}]", common.otlp_endpoint)
+    setup_tracing(f"gpu-probe[{node}]", common.otlp_endpoint, common.trace_file)
     backend = make_backend(settings)  # before connecting: a node without NVML fails fast and says why
     bus = await Bus.connect(common.nats_url, f"gpu-probe-{node}")
     probe = Probe(bus, backend, probe_config(cluster, node, settings))

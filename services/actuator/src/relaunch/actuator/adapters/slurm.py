@@ -7,16 +7,22 @@ Failures are mapped once: a timeout or an unreachable controller is temporary (r
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import os
+import re
 import time
 
 from prometheus_client import Histogram
 
 from relaunch.common.errors import PermanentError, TemporaryError
 
-from ..domain.observing import Observed, observed_from_scontrol, parse_scontrol_line
+from ..domain.accounting import SACCT_FIELDS, AccountedAttempt, parse_sacct
+from ..domain.observing import (
+    NodeCondition, Observed, observed_from_scontrol, parse_node_conditions, parse_scontrol_line,
+    usable_nodes_by_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,22 @@ _PERMANENT_MARKERS = (
 
 class JobGone(PermanentError):
     pass
+
+
+class AccountingDisabled(PermanentError):
+    """The cluster keeps no job accounting (AccountingStorageType=accounting_storage/none)."""
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
+_REASON = re.compile(r"^[A-Za-z0-9 _.,:;()/+#@-]{1,250}$")
+
+
+def _check(pattern: re.Pattern, value: str, what: str) -> str:
+    """Values that reach a Slurm argv are checked here once more, whatever the caller checked."""
+    if not pattern.fullmatch(value):  # fullmatch: `$` alone would let a trailing newline through
+        raise PermanentError(f"refusing to pass {value!r} to Slurm as a {what}")
+    return value
 
 
 class Slurm:
@@ -61,6 +83,8 @@ class Slurm:
             text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
             if "Invalid job id" in text:
                 raise JobGone(text)
+            if "accounting storage is disabled" in text:
+                raise AccountingDisabled(f"{argv[0]}: {text}")
             if any(marker in text for marker in _PERMANENT_MARKERS):
                 raise PermanentError(f"{' '.join(argv)}: {text}")
             raise TemporaryError(f"{' '.join(argv)} failed (rc={proc.returncode}): {text}", delay=2.0)
@@ -76,7 +100,7 @@ class Slurm:
 
     async def show_job(self, job_id: str) -> dict[str, str] | None:
         try:
-            out = await self._run(["scontrol", "show", "job", "-o", job_id])
+            out = await self._run(["scontrol", "show", "job", "-o", _check(_JOB_ID, job_id, "job id")])
         except JobGone:
             return None
         lines = [line for line in out.splitlines() if line.startswith("JobId=")]
@@ -86,9 +110,41 @@ class Slurm:
         fields = await self.show_job(job_id)
         return Observed.gone() if fields is None else observed_from_scontrol(fields)
 
+    async def accounting(self, job_ids: list[str]) -> list[AccountedAttempt]:
+        """Every accounting record (one per attempt) of these job ids, older jobs with the same id included."""
+        ids = ",".join(_check(_JOB_ID, j, "job id") for j in job_ids)
+        return parse_sacct(await self._run(
+            ["sacct", "-X", "-D", "-P", "-n", "-j", ids, f"--format={','.join(SACCT_FIELDS)}"]))
+
+    async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
+        """Every accounting record of a job that was pending, running or ended since `start`."""
+        since = start.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct reads local wall-clock time
+        return parse_sacct(await self._run(
+            ["sacct", "-X", "-D", "-P", "-n", "-a", "-S", since, "-E", "now", f"--format={','.join(SACCT_FIELDS)}"]))
+
+    async def usable_nodes(self) -> dict[str, int]:
+        """Partition -> nodes that can run jobs now."""
+        return usable_nodes_by_partition(await self._run(["sinfo", "-h", "-N", "-o", "%R|%N|%t"]))
+
+    async def node_conditions(self, nodes: list[str]) -> dict[str, NodeCondition]:
+        if not nodes:
+            return {}
+        names = ",".join(_check(_NODE_NAME, n, "node name") for n in nodes)
+        return parse_node_conditions(await self._run(["sinfo", "-h", "-N", "-n", names, "-o", "%N|%T|%E"]))
+
+    @staticmethod
+    def drain_argv(node: str, reason: str) -> list[str]:
+        return ["scontrol", "update", f"NodeName={_check(_NODE_NAME, node, 'node name')}", "State=DRAIN",
+                f"Reason={_check(_REASON, reason, 'drain reason')}"]
+
+    async def drain(self, node: str, reason: str) -> None:
+        await self._run(self.drain_argv(node, reason))
+
     @staticmethod
     def argv(step: str, job_id: str, nodes: list[str] | None = None) -> list[str]:
         """The command one reconcile step runs (also what observe mode records)."""
+        job_id = _check(_JOB_ID, job_id, "job id")
+        nodes = [_check(_NODE_NAME, n, "node name") for n in nodes or []]
         commands = {
             "requeuehold": ["scontrol", "requeuehold", job_id],
             "release": ["scontrol", "release", job_id],

@@ -104,6 +104,8 @@ class SqueueJob:
     comment: str
     partition: str
     exit_code: int | None
+    submitted: dt.datetime | None = None
+    """This attempt's SubmitTime (Slurm gives every requeued attempt a new one)."""
 
     def change_key(self) -> tuple:
         return (self.state, self.reason, self.restarts, self.nodes, self.exit_code)
@@ -130,5 +132,60 @@ def opted_in_jobs(squeue_json: dict) -> list[SqueueJob]:
             comment=comment,
             partition=str(entry.get("partition") or ""),
             exit_code=wait_status_to_exit_code(entry.get("exit_code")) if entry.get("job_state") in FINAL_STATES else None,
+            submitted=_epoch(entry.get("submit_time")),
         ))
     return jobs
+
+
+def _epoch(value) -> dt.datetime | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return None
+    return dt.datetime.fromtimestamp(value, dt.UTC)
+
+
+_NODE_STATE_FLAGS = "*~#!%$@^-+"
+"""sinfo's suffixes on a state: '*' not responding, '~' powered off, '#' powering up, and so on."""
+USABLE_NODE_STATES = frozenset({"idle", "mix", "alloc", "comp", "resv", "plnd"})
+"""Short sinfo states (%t) of a node that runs jobs now. Everything else (down, drain, drng, fail,
+maint, unk, boot, ...) and any flagged state ("idle*": not responding) does not count."""
+
+
+def usable_nodes_by_partition(sinfo_text: str) -> dict[str, int]:
+    """`sinfo -h -N -o '%R|%N|%t'` -> partition -> how many of its nodes can run jobs now."""
+    usable: dict[str, set[str]] = {}
+    for line in sinfo_text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not parts[0]:
+            continue
+        partition, node, state = parts
+        usable.setdefault(partition, set())
+        if state in USABLE_NODE_STATES:
+            usable[partition].add(node)
+    return {partition: len(nodes) for partition, nodes in usable.items()}
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    """A node as `sinfo -N -o '%N|%T|%E'` shows it (long state such as "drained" or "mixed")."""
+
+    node: str
+    state: str
+    reason: str
+
+    @property
+    def draining(self) -> bool:
+        """Drained or draining, by anyone: a drain is never repeated, nor someone's reason overwritten."""
+        return "drain" in self.state.lower()
+
+
+def parse_node_conditions(sinfo_text: str) -> dict[str, NodeCondition]:
+    """`sinfo -h -N -n NODES -o '%N|%T|%E'` -> node -> condition (a node in several partitions once)."""
+    found: dict[str, NodeCondition] = {}
+    for line in sinfo_text.splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) != 3 or not parts[0]:
+            continue
+        node, state, reason = parts
+        found.setdefault(node, NodeCondition(node, state.rstrip(_NODE_STATE_FLAGS),
+                                             "" if reason == "none" else reason))
+    return found

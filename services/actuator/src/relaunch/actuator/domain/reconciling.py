@@ -7,7 +7,9 @@ scheduler's state read just now, never on which event woke us. Invariants:
 - every other step is planned only when the state shows it is not yet done;
 - Slurm quirk: a requeued job gets BeginTime = now+120 s; `StartTime=now` is only effective once
   the job is PENDING (while COMPLETING it is overwritten), so we wait for PENDING first;
-- ExcNodeList can only be changed while the job is PENDING.
+- ExcNodeList can only be changed while the job is PENDING;
+- drains (optional, see draining.py) come first, one per pass, and only while the Advice is live:
+  the caller passes those still to do, so a drained node is never drained again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Literal
 from relaunch.common.job_states import FAILED_STATES, TRANSIENT_STATES
 from relaunch.common.schemas import Advice
 
+from .draining import Drain
 from .observing import Observed
 
-Step = Literal["requeuehold", "exclude", "release", "start_now", "cancel"]
+Step = Literal["requeuehold", "exclude", "release", "start_now", "cancel", "drain"]
 
 ELIGIBLE_SLACK = dt.timedelta(seconds=2)
 """A successor eligible within this much of now counts as eligible (clock granularity is 1 s)."""
@@ -48,11 +51,13 @@ class Plan:
     detail: str = ""
     step: Step | None = None
     delay: float = 0.0
+    drain: Drain | None = None
 
 
 def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
-         partitions: frozenset[str] = frozenset()) -> Plan:
-    """`partitions`: the allowlist (empty: every partition)."""
+         partitions: frozenset[str] = frozenset(), drains: tuple[Drain, ...] = ()) -> Plan:
+    """`partitions`: the allowlist (empty: every partition). `drains`: the node drains still to do
+    (empty unless drain is on)."""
     if newest_generation > advice.generation:
         return Plan("abandoned", SUPERSEDED, f"generation {newest_generation} exists")
     if now > advice.expires_at:
@@ -62,6 +67,9 @@ def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation
     if partitions and observed.partition not in partitions:
         return Plan("abandoned", PARTITION_NOT_ALLOWED,
                     f"partition {observed.partition!r} is not in the actuator's allowlist {sorted(partitions)}")
+    if drains:
+        first = drains[0]
+        return Plan("step", STEP_TAKEN, f"drain {first.node}: {first.reason}", step="drain", drain=first)
     if advice.operation == "terminate":
         return _plan_terminate(observed)
     return _plan_restart(advice, observed, now)

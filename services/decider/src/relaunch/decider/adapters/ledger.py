@@ -8,6 +8,7 @@ Concurrency: every decision for a job runs in one transaction holding that job's
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -29,6 +30,9 @@ from ..domain.history import AttemptRecord, History, RestartRecord
 from ..domain.policy import Policy
 
 log = logging.getLogger(__name__)
+
+SUBMIT_TIME_SLACK_S = 1.0
+"""Submit times are whole seconds in Slurm; two reports of one job may round differently."""
 
 MIGRATION_LOCK = 7_341_001
 """pg_advisory_lock key: one decider at a time applies migrations."""
@@ -60,7 +64,7 @@ class Ledger:
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             try:
-                pool = await asyncpg.create_pool(dsn, min_size=1, max_size=5, command_timeout=10)
+                pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, command_timeout=10)
                 return cls(pool)
             except _UNAVAILABLE as exc:
                 if asyncio.get_running_loop().time() > deadline:
@@ -116,15 +120,17 @@ class Ledger:
         optin = parse_comment(obs.comment)
         final = obs.state in FINAL_STATES
         async with self.job_tx(obs.cluster, obs.job_id) as tx:
+            if not await tx.same_job(obs.submit_time):
+                return
             await tx.conn.execute(
                 """UPDATE jobs SET name=$3, comment=$4, partition=$5, options=$6, option_errors=$7, mode=$8,
                        state=$9, reason=$10, restarts=GREATEST(restarts, $11), policy_name=$12, policy=$13,
-                       updated_at=now()
+                       partition_nodes=COALESCE($14, partition_nodes), updated_at=now()
                    WHERE cluster=$1 AND job_id=$2""",
                 obs.cluster, obs.job_id, obs.name, obs.comment[:4096], obs.partition,
                 json.dumps(optin.options), json.dumps(list(policy.option_errors)),
                 "observe" if policy.observe_only else "act", obs.state, obs.reason, obs.restarts,
-                policy.name, json.dumps(policy.as_dict()),
+                policy.name, json.dumps(policy.as_dict()), obs.partition_nodes,
             )
             await tx.conn.execute(
                 """INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code, ended_at)
@@ -213,6 +219,9 @@ class Ledger:
     async def mark_published(self, outbox_id: int) -> None:
         await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id=$1", outbox_id)
 
+    async def mark_published_many(self, outbox_ids: list[int]) -> None:
+        await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id = ANY($1::bigint[])", outbox_ids)
+
 
 class JobTx:
     """Operations inside one job's locked transaction."""
@@ -220,28 +229,67 @@ class JobTx:
     def __init__(self, conn: asyncpg.Connection, cluster: str, job_id: str, row: dict) -> None:
         self.conn, self.cluster, self.job_id, self.row = conn, cluster, job_id, row
 
+    async def same_job(self, submit_time) -> bool:
+        """Job identity (migration 0007, docs/architecture.md): is an observation with this first-attempt
+        submit time about the job on record? A later submit time is a new job that reuses the id: the
+        job on record is retired to '<job_id>@<its submit time>' and this row starts afresh (True).
+        An earlier one is a late report about a retired job (False: drop it). Unknown times match."""
+        known = self.row.get("submit_time")
+        if submit_time is None:
+            return True
+        if known is None:
+            await self.conn.execute("UPDATE jobs SET submit_time=$3 WHERE cluster=$1 AND job_id=$2",
+                                    self.cluster, self.job_id, submit_time)
+            self.row["submit_time"] = submit_time
+            return True
+        if abs((submit_time - known).total_seconds()) <= SUBMIT_TIME_SLACK_S:
+            return True
+        if submit_time < known:
+            log.info("job %s/%s: dropping a report about an earlier job with this id (submitted %s)",
+                     self.cluster, self.job_id, submit_time.isoformat())
+            return False
+        retired_as = f"{self.job_id}@{known.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}"
+        await self.conn.execute("SELECT retire_job($1, $2, $3)", self.cluster, self.job_id, retired_as)
+        await self.conn.execute("UPDATE jobs SET submit_time=$3 WHERE cluster=$1 AND job_id=$2",
+                                self.cluster, self.job_id, submit_time)
+        self.row = dict(await self.conn.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE",
+                                                 self.cluster, self.job_id))
+        log.info("job %s/%s: a new job reuses the id; the earlier one is kept as %s", self.cluster, self.job_id,
+                 retired_as)
+        return True
+
     async def history(self) -> History:
         rows = await self.conn.fetch(
-            "SELECT attempt, generation, fault_class, issued_at, operation FROM advice "
-            "WHERE cluster=$1 AND job_id=$2 ORDER BY generation", self.cluster, self.job_id)
+            "SELECT attempt, generation, fault_class, issued_at, operation, status, expires_at, exclude_nodes "
+            "FROM advice WHERE cluster=$1 AND job_id=$2 ORDER BY generation", self.cluster, self.job_id)
         stopped = await self.conn.fetch(
             "SELECT detail FROM audit WHERE cluster=$1 AND job_id=$2 AND service='decider' AND action IN ('stop', 'observe')",
             self.cluster, self.job_id)
         attempts = await self.conn.fetch(
-            "SELECT idx, state, exit_code, high_step, first_seen, ended_at FROM attempts "
+            "SELECT idx, state, exit_code, high_step, first_seen, ended_at, nodes FROM attempts "
             "WHERE cluster=$1 AND job_id=$2 ORDER BY idx", self.cluster, self.job_id)
+        suspects = await self.conn.fetch(
+            "SELECT attempt, node, confidence, reasons FROM suspects WHERE cluster=$1 AND job_id=$2 "
+            "ORDER BY attempt, node", self.cluster, self.job_id)
         decided = {r["attempt"] for r in rows}
         decided |= {json.loads(r["detail"]).get("attempt", -1) for r in stopped}
         return History(
             decided_attempts=frozenset(decided),
-            last_generation=max((r["generation"] for r in rows), default=0),
+            last_generation=max(max((r["generation"] for r in rows), default=0),
+                                self.row.get("generation_floor") or 0),  # generations of retired jobs (0007)
             user_cancelled=self.row.get("state") == "CANCELLED",
             attempts=tuple(AttemptRecord(index=r["idx"], started_at=r["first_seen"], ended_at=r["ended_at"],
-                                         high_step=r["high_step"], exit_code=r["exit_code"], state=r["state"])
+                                         high_step=r["high_step"], exit_code=r["exit_code"], state=r["state"],
+                                         nodes=tuple(r["nodes"] or ()))
                            for r in attempts),
             restarts=tuple(RestartRecord(attempt=r["attempt"], generation=r["generation"],
-                                         fault_class=r["fault_class"], at=r["issued_at"])
+                                         fault_class=r["fault_class"], at=r["issued_at"], status=r["status"],
+                                         expires_at=r["expires_at"], exclude_nodes=tuple(r["exclude_nodes"] or ()))
                            for r in rows if r["operation"] == "restart"),
+            partition=self.row.get("partition") or "",
+            partition_nodes=self.row.get("partition_nodes"),
+            suspects=tuple((r["attempt"], r["node"], float(r["confidence"]), tuple(json.loads(r["reasons"])))
+                           for r in suspects),
         )
 
     async def operator_mode(self) -> tuple[str, str] | None:
@@ -259,13 +307,46 @@ class JobTx:
                                          self.cluster, self.job_id, attempt)
         return list(nodes or [])
 
-    async def node_history(self, nodes: list[str], since) -> dict[str, tuple[str, ...]]:
-        """node -> the OTHER jobs of this cluster whose Advice excluded it since `since`."""
+    async def node_history(self, nodes: list[str], since) -> dict[str, tuple[tuple[str, object], ...]]:
+        """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
+        `since` (attribution applies the window itself; the query only keeps the read small). The overlap
+        test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice."""
         rows = await self.conn.fetch(
-            """SELECT n AS node, array_agg(DISTINCT job_id) AS jobs FROM advice, unnest(exclude_nodes) AS n
-               WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND n = ANY($4) GROUP BY n""",
+            """SELECT n AS node, job_id, max(issued_at) AS at FROM advice, unnest(exclude_nodes) AS n
+               WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND exclude_nodes && $4 AND n = ANY($4)
+               GROUP BY n, job_id""",
             self.cluster, self.job_id, since, nodes)
-        return {r["node"]: tuple(r["jobs"]) for r in rows}
+        out: dict[str, tuple[tuple[str, object], ...]] = {}
+        for r in rows:
+            out[r["node"]] = out.get(r["node"], ()) + ((r["job_id"], r["at"]),)
+        return out
+
+    async def save_suspects(self, attempt: int, suspects, excluded, anomaly_id: str, at) -> None:
+        """What attribution said of the attempt's nodes; a node keeps its most confident finding."""
+        for s in suspects:
+            await self.conn.execute(
+                """INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
+                   VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+                   ON CONFLICT (cluster, job_id, attempt, node) DO UPDATE SET
+                       excluded = suspects.excluded OR EXCLUDED.excluded,
+                       confidence = GREATEST(suspects.confidence, EXCLUDED.confidence),
+                       reasons = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.reasons
+                                      ELSE suspects.reasons END,
+                       anomaly_id = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.anomaly_id
+                                         ELSE suspects.anomaly_id END,
+                       at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at
+                                 ELSE suspects.at END""",
+                self.cluster, self.job_id, attempt, s.node, s.confidence, json.dumps(list(s.reasons)),
+                s.node in excluded, anomaly_id, at)
+
+    async def join_advice(self, generation: int, refs: list[str]) -> None:
+        """Add evidence to an open Advice's ledger row (the published Advice is not changed)."""
+        await self.conn.execute(
+            """UPDATE advice SET evidence_refs = evidence_refs || (
+                   SELECT coalesce(jsonb_agg(r), '[]'::jsonb) FROM jsonb_array_elements($4::jsonb) AS r
+                   WHERE NOT advice.evidence_refs @> jsonb_build_array(r)), updated_at=now()
+               WHERE cluster=$1 AND job_id=$2 AND generation=$3""",
+            self.cluster, self.job_id, generation, json.dumps(refs))
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         rows = await self.conn.fetch(

@@ -1,15 +1,28 @@
-"""attribute(anomaly, job_nodes, node_events, now, node_history) -> suspect nodes with reasons. Pure.
+"""attribute(anomaly, job_nodes, node_events, now, ...) -> suspect nodes with reasons and confidences. Pure.
 
-Evidence used here: a node named by the failing log line when the signature says the fault is the
-node's (action restart_excluding); gpu-probe's non-healthy readings of the job's nodes in a window
-before the failure; and each node's history across jobs (a node that relaunch excluded for several
-other jobs recently is suspect for everyone). Only nodes of the failed attempt can be suspects: excluding a node the
-job never ran on changes nothing, and one Slurm does not know makes the update fail.
+The evidence, and the confidence each gives (the highest of a node's reasons counts; docs/policy.md):
+  0.9   gpu-probe read the node as failed in the window around the failure (an XID, ECC, a lost GPU)
+  0.8   the failing log line names the node and its signature says the fault is the node's
+        (action restart_excluding: an XID, an ECC error in the log), or a straggler's slow rank ran on it
+  0.75  the node was left out by relaunch for HISTORY_JOBS other jobs within HISTORY_WINDOW (older
+        exclusions do not count: the history decays)
+  0.7   a hardware or infrastructure error in the log names the node (a NCCL/IB error's host); an
+        InfiniBand completion error names a pair of hosts, and the policy's ib_pair says whether
+        both ends are suspects or one (the end with other evidence, else the far end, the peer)
+  0.5   gpu-probe read the node as degraded (thermal, power)
+  0.4   the other end of an InfiniBand pair that ib_pair=one left in
+  +0.2  (at most 0.95) the node was a suspect of the job's previous attempt too, and has evidence now
+A log line that names every node of a multi-node job says nothing about which one is at fault: it
+implicates none. Only nodes of the failed attempt can be suspects: excluding a node the job never ran
+on changes nothing, and one Slurm does not know makes the update fail. Suspects at or above EXCLUDE_AT
+are left out of the restart (capped, and never so many that the job cannot be scheduled: exclusions.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from relaunch.common.schemas import AnomalyDetected
@@ -22,6 +35,16 @@ HISTORY_WINDOW = dt.timedelta(hours=24)
 """Exclusions of a node for other jobs this recent count as its history."""
 HISTORY_JOBS = 2
 """A node excluded for at least this many other jobs within HISTORY_WINDOW is suspect for everyone."""
+CONSECUTIVE_BOOST = 0.2
+"""Added to a suspect's confidence when the job's previous attempt implicated the node too."""
+CONSECUTIVE_MAX = 0.95
+IB_PAIRS = ("both", "one")
+"""ib_pair: an InfiniBand completion error names two hosts; suspect both ends, or one."""
+
+_IB_PEER = re.compile(r"Got completion from peer (?P<peer>[A-Za-z][\w.-]{0,62})<\d{1,5}>")
+_NCCL_PREFIX = re.compile(r"^(?:\[[^\]\n]{1,20}\]:? ?)?(?:\d{1,5}: )?"
+                          r"(?P<local>[A-Za-z0-9][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]")
+"""NCCL's line prefix host:pid:tid [dev] names the host that printed the line (the local end)."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +66,38 @@ class Suspect:
         return self.confidence >= EXCLUDE_AT
 
 
+def ib_pairs(lines: Iterable[str], members: Iterable[str]) -> list[tuple[str | None, str]]:
+    """(local, peer) of each InfiniBand completion error in `lines` whose peer is a node of the job;
+    local is None when the line does not say which host printed it (or it is not the job's)."""
+    known = {_short(n): n for n in members}
+    pairs: list[tuple[str | None, str]] = []
+    for line in lines:
+        found = _IB_PEER.search(line)
+        peer = known.get(_short(found["peer"])) if found else None
+        if peer is None:
+            continue
+        prefix = _NCCL_PREFIX.match(line)
+        local = known.get(_short(prefix["local"])) if prefix else None
+        pair = (local if local != peer else None, peer)
+        if pair not in pairs:
+            pairs.append(pair)
+    return pairs
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
 def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeEvent], now: dt.datetime,
-              window: dt.timedelta = WINDOW, node_history: dict[str, tuple[str, ...]] | None = None
-              ) -> tuple[Suspect, ...]:
-    """`node_history`: node -> the other jobs whose Advice excluded it within HISTORY_WINDOW."""
+              window: dt.timedelta = WINDOW,
+              node_history: Mapping[str, Iterable[tuple[str, dt.datetime]]] | None = None,
+              previous: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
+              ib_pair: str = "both") -> tuple[Suspect, ...]:
+    """`node_history`: node -> (job, when) of each Advice of another job that left it out; only those
+    within HISTORY_WINDOW of `now` count. `previous`: node -> (confidence, reasons) of the suspects of
+    the job's previous attempt. `ib_pair`: "both" or "one" (IB_PAIRS)."""
+    if ib_pair not in IB_PAIRS:
+        raise ValueError(f"ib_pair must be one of {', '.join(IB_PAIRS)}, not {ib_pair!r}")
     members = set(job_nodes) or set(anomaly.nodes)
     found: dict[str, tuple[float, list[str]]] = {}
 
@@ -54,27 +105,63 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
         best, reasons = found.get(node, (0.0, []))
         found[node] = (max(best, confidence), reasons + [reason])
 
+    # Evidence other than the log line first: it settles which end of an InfiniBand pair to blame.
+    other: list[tuple[str, float, str]] = []
+    for event in events:
+        if event.node not in members or not (anomaly.detected_at - window <= event.at <= now):
+            continue
+        if event.verdict == "failed":
+            other.append((event.node, 0.9, f"gpu-probe: failed at {event.at:%H:%M:%S}: "
+                                           f"{'; '.join(event.reasons)[:300]}"))
+        elif event.verdict == "degraded":
+            other.append((event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: "
+                                           f"{'; '.join(event.reasons)[:300]}"))
+    for node, entries in (node_history or {}).items():
+        jobs = {job for job, at in entries if now - at <= HISTORY_WINDOW}
+        if node in members and len(jobs) >= HISTORY_JOBS:
+            shown = ", ".join(sorted(jobs)[:5])
+            other.append((node, 0.75, f"excluded for {len(jobs)} other jobs in the last "
+                                      f"{HISTORY_WINDOW.total_seconds() / 3600:.0f} h ({shown})"))
+    weight: dict[str, float] = {}
+    for node, confidence, _ in other:
+        weight[node] = max(weight.get(node, 0.0), confidence)
+    for node, (confidence, _) in (previous or {}).items():
+        weight[node] = max(weight.get(node, 0.0), min(confidence, 0.5))
+
     node_fault = anomaly.action == "restart_excluding"
     if node_fault or anomaly.fault_domain in ("hardware", "infrastructure"):
         named = [n for n in anomaly.nodes if n in members]
+        what = (f"straggler: the slow rank ran on it ({anomaly.summary[:200]})" if anomaly.kind == "straggler"
+                else f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
+        spared: dict[str, str] = {}
+        pairs = ib_pairs((e.text for e in anomaly.evidence), members)
+        named += [n for pair in pairs for n in pair if n is not None and n not in named]
+        if ib_pair == "one":
+            for local, peer in pairs:
+                if local is None:
+                    continue
+                # The end with other evidence; without any, the far end (the peer, not the host
+                # that printed the line).
+                blamed = local if weight.get(local, 0.0) > weight.get(peer, 0.0) else peer
+                spared.setdefault(local if blamed == peer else peer, blamed)
+            spared = {n: b for n, b in spared.items() if n not in spared.values()}
+            named = [n for n in named if n not in spared]
         # A line that names some nodes among several (a host, or both ends of a failed InfiniBand
         # transfer) is evidence; a node's own fault class on a one-node attempt is too. All nodes of
         # a multi-node job are not: excluding them all says nothing and may leave nothing to run on.
         if named and (len(named) < len(members) or (len(members) == 1 and node_fault)):
             for node in named:
-                add(node, 0.8 if node_fault else 0.7,
-                    f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
-    for event in events:
-        if event.node not in members or not (anomaly.detected_at - window <= event.at <= now):
-            continue
-        if event.verdict == "failed":
-            add(event.node, 0.9, f"gpu-probe: failed at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
-        elif event.verdict == "degraded":
-            add(event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: {'; '.join(event.reasons)[:300]}")
-    for node, jobs in (node_history or {}).items():
-        if node in members and len(set(jobs)) >= HISTORY_JOBS:
-            shown = ", ".join(sorted(set(jobs))[:5])
-            add(node, 0.75, f"excluded for {len(set(jobs))} other jobs in the last "
-                            f"{HISTORY_WINDOW.total_seconds() / 3600:.0f} h ({shown})")
-    return tuple(sorted((Suspect(n, c, tuple(dict.fromkeys(r))) for n, (c, r) in found.items()),
+                add(node, 0.8 if node_fault else 0.7, what)
+            for node, blamed in spared.items():
+                add(node, 0.4, f"the other end of a failed InfiniBand transfer with {blamed}; ib_pair=one "
+                               f"blames {blamed}")
+    for node, confidence, reason in other:
+        add(node, confidence, reason)
+    for node, (confidence, reasons) in found.items():
+        if node in (previous or {}):
+            before, why = previous[node]
+            raised = max(confidence, min(confidence + CONSECUTIVE_BOOST, CONSECUTIVE_MAX))
+            shown = "; ".join(why)[:200] or "no reason recorded"
+            found[node] = (raised, reasons + [f"implicated in the previous attempt too ({before:.2f}: {shown})"])
+    return tuple(sorted((Suspect(n, round(c, 2), tuple(dict.fromkeys(r))) for n, (c, r) in found.items()),
                         key=lambda s: (-s.confidence, s.node)))

@@ -38,6 +38,8 @@ class AttemptRecord:
     high_step: int | None = None
     exit_code: int | None = None
     state: str = ""
+    nodes: tuple[str, ...] = ()
+    """The nodes the attempt ran on, as the observer saw them (empty: not known)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,14 @@ class RestartRecord:
     generation: int
     fault_class: str
     at: dt.datetime
+    status: str = "PENDING"
+    """PENDING (open), CONVERGED or ABANDONED: what the actuator reported of the Advice."""
+    expires_at: dt.datetime | None = None
+    exclude_nodes: tuple[str, ...] = ()
+
+    def open(self, now: dt.datetime) -> bool:
+        """Not carried out yet, not given up, not expired: a further incident on its attempt joins it."""
+        return self.status == "PENDING" and (self.expires_at is None or now < self.expires_at)
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,11 @@ class History:
     user_cancelled: bool = False
     attempts: tuple[AttemptRecord, ...] = ()
     restarts: tuple[RestartRecord, ...] = ()
+    partition: str = ""
+    partition_nodes: int | None = None
+    """Usable nodes in the job's partition, as the observer last saw them (None: not known)."""
+    suspects: tuple[tuple[int, str, float, tuple[str, ...]], ...] = ()
+    """(attempt, node, confidence, reasons): what attribution said of each attempt's nodes."""
 
     def attempt(self, index: int) -> AttemptRecord | None:
         return next((a for a in self.attempts if a.index == index), None)
@@ -67,3 +82,14 @@ class History:
         """The highest step any attempt from `first` to `last` (inclusive) reached, None if none said."""
         steps = [a.high_step for a in self.attempts if first <= a.index <= last and a.high_step is not None]
         return max(steps, default=None)
+
+    def excluded_nodes(self) -> frozenset[str]:
+        """Every node an Advice of this job left out (Slurm's ExcNodeList only grows: they stay out)."""
+        return frozenset(n for r in self.restarts for n in r.exclude_nodes)
+
+    def open_restart(self, attempt: int, now: dt.datetime) -> RestartRecord | None:
+        return next((r for r in self.restarts if r.attempt == attempt and r.open(now)), None)
+
+    def implicated(self, attempt: int) -> dict[str, tuple[float, tuple[str, ...]]]:
+        """node -> (confidence, reasons) of the suspects attribution named for `attempt`."""
+        return {node: (c, reasons) for a, node, c, reasons in self.suspects if a == attempt}

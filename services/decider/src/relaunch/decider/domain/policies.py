@@ -17,6 +17,7 @@ from typing import Any
 
 from relaunch.common.optin import POLICY_NAME, OptIn
 
+from .attribution import IB_PAIRS
 from .history import FAULT_CLASSES
 from .policy import Budgets, Policy
 
@@ -49,6 +50,7 @@ _POLICY_KEYS: dict[str, tuple[str, int, int, str]] = {
     "restart_on_preemption": ("bool", 0, 1, "restart_on_preemption"),
     "stop_without_progress": ("bool", 0, 1, "stop_without_progress"),
     "straggler": ("straggler", 0, 0, ""),
+    "ib_pair": ("ib_pair", 0, 0, "ib_pair"),
 }
 _TABLES = ("budgets", "storm")
 _STORM_KEYS = {"restarts": (0, 1000, "storm_restarts"), "window_s": (1, 30 * 86400, "storm_window_s")}
@@ -104,6 +106,11 @@ def _policy(name: str, table: Mapping[str, Any], where: str, bad) -> Policy:
                 bad(f"{where}.{key}", f"must be \"off\", \"opt-in\" or \"on\", not {value!r}")
             else:
                 changes["straggler_allowed"], changes["straggler"] = _STRAGGLER[value]
+        elif key == "ib_pair":
+            if value not in IB_PAIRS:
+                bad(f"{where}.{key}", f"must be {' or '.join(repr(v) for v in IB_PAIRS)}, not {value!r}")
+            else:
+                changes["ib_pair"] = value
         elif key in _POLICY_KEYS:
             kind, low, high, attr = _POLICY_KEYS[key]
             if _check(value, kind, low, high, f"{where}.{key}", bad):

@@ -1,7 +1,9 @@
 """decide(history, anomaly, policy, now, suspects) -> Decision. Pure; every stop names its rule.
 
 The rules, in the order they are tried (the first that applies decides; docs/policy.md lists them):
-  already_decided        one attempt gets one decision (a second incident joins the first)
+  joins_open_advice      a further incident on an attempt whose Advice is still open joins that Advice
+                         (its evidence is added; no second restart)
+  already_decided        one attempt gets one decision (a later incident is only recorded)
   observe_only           the job's options are invalid: it is only observed
   straggler_report_only  straggler recovery is off for the job: a straggler is only reported
   user_cancelled         someone cancelled the job: never restarted
@@ -14,7 +16,8 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
                          time limits and preemptions, which are the scheduler's doing)
   no_progress            the step reached did not pass the best step of the attempts before it (not
                          for a preemption: the attempt may not have had the time)
-  within_budget          restart, leaving out the nodes attribution blames (capped)
+  within_budget          restart, leaving out the nodes attribution blames (capped by max_exclude, and
+                         never so many that the job no longer fits its partition: exclusions.py)
 
 A straggling job is still running, so a rule that refuses to restart it reports instead of stopping:
 relaunch keeps watching it. Steps and exit codes come from the anomaly when the detector knows them,
@@ -29,7 +32,8 @@ from typing import Literal
 
 from relaunch.common.schemas import AnomalyDetected
 
-from .attribution import Suspect
+from .attribution import IB_PAIRS, Suspect
+from .exclusions import plan_exclusions
 from .history import FAULT_CLASSES, AttemptRecord, History, RestartRecord, fault_class
 
 __all__ = ["ADVICE_TTL", "DO_NOT_RESTART_EXIT", "AttemptRecord", "Budgets", "Decision", "History", "Policy",
@@ -90,6 +94,13 @@ class Policy:
     """The job's hang_timeout=S: seconds without progress before a hang, at least (0: calibrated by the detector)."""
     hang_timeout_cap: int = 0
     """The longest hang_timeout a job may ask for (0: no cap): how long a hung job may hold its GPUs."""
+    ib_pair: str = "both"
+    """An InfiniBand completion error names two hosts: "both" suspects both ends, "one" the end with
+    other evidence (else the peer, the far end)."""
+
+    def __post_init__(self) -> None:
+        if self.ib_pair not in IB_PAIRS:
+            raise ValueError(f"ib_pair must be one of {', '.join(IB_PAIRS)}, not {self.ib_pair!r}")
 
     def as_dict(self) -> dict[str, int | str | bool]:
         """Flat, as Advice.policy and the ledger carry it."""
@@ -100,6 +111,7 @@ class Policy:
             "stop_without_progress": self.stop_without_progress,
             "restart_on_time_limit": self.restart_on_time_limit,
             "restart_on_preemption": self.restart_on_preemption, "hang_timeout": self.hang_timeout,
+            "ib_pair": self.ib_pair,
         }
         out.update({f"budget_{f.name}": getattr(self.budgets, f.name) for f in fields(self.budgets)})
         return out
@@ -107,13 +119,16 @@ class Policy:
 
 @dataclass(frozen=True)
 class Decision:
-    kind: Literal["restart", "stop", "observe", "report", "none"]
+    kind: Literal["restart", "stop", "observe", "report", "join", "none"]
     rule: str
     reason: str
     generation: int = 0
+    """restart: the new Advice's generation; join: the generation of the open Advice joined."""
     exclude_nodes: tuple[str, ...] = ()
     expires_at: dt.datetime | None = None
     fault_class: str = "unknown"
+    left_in: tuple[str, ...] = ()
+    """Suspects the restart does not leave out (max_exclude reached, or the partition too small)."""
 
 
 def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
@@ -127,6 +142,12 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
         return Decision("report" if anomaly.kind == "straggler" else "stop", rule, reason, fault_class=klass)
 
     if attempt in history.decided_attempts:
+        joined = history.open_restart(attempt, now)
+        if joined is not None:
+            return Decision("join", "joins_open_advice",
+                            f"joined advice generation {joined.generation}: attempt {attempt} is already being "
+                            f"restarted; {anomaly.category} ({anomaly.kind}) is added to its evidence, "
+                            "no second restart", generation=joined.generation, fault_class=klass)
         return Decision("none", "already_decided", f"attempt {attempt} already has a decision", fault_class=klass)
     if policy.observe_only:
         return Decision("observe", "observe_only",
@@ -200,17 +221,23 @@ def _storm(history: History, attempt: int, step: int | None, policy: Policy, now
 
 def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
              suspects: tuple[Suspect, ...] | None, klass: str, spent: int, budget: int) -> Decision:
-    cap = policy.max_exclude
+    candidates: list[tuple[str, float | None]]
     if suspects is not None:
-        exclude = tuple(s.node for s in suspects if s.excluded)[:cap]
+        candidates = [(s.node, s.confidence) for s in suspects if s.excluded]
     else:
-        exclude = tuple(anomaly.nodes)[:cap] if anomaly.action == "restart_excluding" else ()
+        candidates = [(n, None) for n in anomaly.nodes] if anomaly.action == "restart_excluding" else []
+    record = history.attempt(anomaly.attempt)
+    # The job's size: the nodes of the failed attempt as observed, else those the anomaly names.
+    job_size = max(len(record.nodes) if record and record.nodes else len(set(anomaly.nodes)), 1)
+    plan = plan_exclusions(candidates, policy.max_exclude, job_size, history.partition_nodes,
+                           history.excluded_nodes(), history.partition)
+    exclude = plan.kept
     why = "".join(f"; without {s.node}: {', '.join(s.reasons)}" for s in suspects or () if s.node in exclude)
     used = anomaly.attempt + 1
     return Decision(
         "restart", "within_budget",
         f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts}; "
-        f"{klass} restart {spent + 1} of {budget})" + why,
+        f"{klass} restart {spent + 1} of {budget})" + why + (f"; {plan.note}" if plan.note else ""),
         generation=history.last_generation + 1, exclude_nodes=exclude, expires_at=now + ADVICE_TTL,
-        fault_class=klass,
+        fault_class=klass, left_in=plan.capped + plan.unschedulable,
     )

@@ -31,6 +31,18 @@ class Chunk:
     next_offset: int
 
 
+def file_sizes(paths: list[str]) -> list[int | None]:
+    """The size of each file, None where it does not exist (yet) or cannot be read: one thread hop
+    for all the files the follower watches, instead of one per file."""
+    sizes: list[int | None] = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            sizes.append(None)
+    return sizes
+
+
 def read_new_lines(path: str, offset: int, max_read: int = MAX_READ) -> Chunk | None:
     """Lines completed since `offset`, or None when the file does not exist (yet)."""
     try:

@@ -1,0 +1,205 @@
+"""NATS users of relaunch, their subject permissions, and the setup step that creates the streams.
+
+Least privilege (docs/security.md): one NATS user per service, each allowed to publish only what it
+produces and to use only its own durable consumers. The rules that matter:
+- only the decider publishes Advice; only the actuator may read the ADVICE stream's consumer
+  (create/bind it, pull from it, ack on it); nobody else may create a consumer on ADVICE;
+- a gpu-probe publishes only its own node's health subject and answers only its own node's
+  inject requests;
+- the api reads EVENTS (ephemeral ordered consumers) and publishes nothing but the audit entries of
+  operator overrides;
+- every user gets a private reply inbox (`_INBOX_<user>.>`): nobody can read another user's replies
+  (JetStream API answers, publish acks, pulled messages all arrive on the requester's inbox).
+Streams are created by the `admin` user (`python -m relaunch.common.natsauth setup`, run by
+`scripts/stack.sh` and by the deployments' setup job), so no service may create or change a stream;
+the actuator alone creates its two KV buckets (lease and hold registry), which are its own state.
+
+Invariant: this module is pure except `write_passwords` / `main`; subject names come from
+`subjects`, so a renamed subject or durable changes the permissions with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from . import subjects
+from .subjects import ConsumerSpec
+
+ADMIN = "admin"
+CLI = "cli"
+SERVICES = ("detector", "decider", "actuator", "watchdog", "api")
+LEASE_BUCKET = "relaunch-leases"
+HOLDS_BUCKET = "relaunch-holds"
+"""The actuator's KV buckets (relaunch.actuator.adapters.coordination; a unit test keeps them equal)."""
+API = "$JS.API"
+
+CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
+    "detector": (subjects.DETECTOR_LOGS, subjects.DETECTOR_JOBS, subjects.DETECTOR_PROGRESS),
+    "decider": (subjects.DECIDER_JOBS, subjects.DECIDER_ANOMALIES, subjects.DECIDER_RECONCILE,
+                subjects.DECIDER_AUDIT, subjects.DECIDER_NODES),
+    "actuator": (subjects.ACTUATOR_ADVICE,),
+}
+
+
+SHARED_PROBE = "gpu-probe"
+"""One user for every node's probe, where per-node passwords cannot be handed out (a Kubernetes
+DaemonSet shares one Secret): it may publish any node's health of its cluster, a weaker guarantee."""
+
+
+def probe_user(node: str) -> str:
+    """The NATS user (and Bus service name) of one node's gpu-probe."""
+    return f"gpu-probe-{node}"
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply-inbox prefix of `user`: its JetStream answers and acks arrive under `<prefix>.>`."""
+    return f"_INBOX_{user}"
+
+
+def _durable(spec: ConsumerSpec) -> list[str]:
+    """What using one durable pull consumer takes: create/update and bind it, pull, ack/nak/term."""
+    s, d = spec.stream.name, spec.durable
+    return [f"{API}.CONSUMER.DURABLE.CREATE.{s}.{d}", f"{API}.CONSUMER.CREATE.{s}.{d}",
+            f"{API}.CONSUMER.CREATE.{s}.{d}.>", f"{API}.CONSUMER.INFO.{s}.{d}",
+            f"{API}.CONSUMER.MSG.NEXT.{s}.{d}", f"$JS.ACK.{s}.{d}.>"]
+
+
+def _kv(bucket: str, *, create: bool) -> list[str]:
+    """Read, write, list (an ordered consumer) and, when `create`, create one KV bucket."""
+    stream = f"KV_{bucket}"
+    grants = [f"{API}.STREAM.INFO.{stream}", f"$KV.{bucket}.>", f"{API}.DIRECT.GET.{stream}",
+              f"{API}.DIRECT.GET.{stream}.>", f"{API}.STREAM.MSG.GET.{stream}",
+              f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
+              f"{API}.CONSUMER.DELETE.{stream}.>", f"{API}.CONSUMER.INFO.{stream}.>", f"$JS.FC.{stream}.>"]
+    if create:
+        grants.append(f"{API}.STREAM.CREATE.{stream}")
+    return grants
+
+
+def _service(user: str, publish: list[str], subscribe: list[str] = (), consumers=(),
+             responses: bool = False) -> dict:
+    pub = [*publish, subjects.dlq(user)]
+    pub += [f"{API}.STREAM.INFO.{spec.name}" for spec in subjects.STREAMS]  # Bus.connect checks the streams
+    for spec in consumers:
+        pub += _durable(spec)
+    perms: dict = {"publish": {"allow": pub}, "subscribe": {"allow": [*subscribe, f"{inbox_prefix(user)}.>"]}}
+    if responses:
+        perms["allow_responses"] = True  # answer requests (reply subjects), nothing more
+    return perms
+
+
+def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> dict[str, dict]:
+    """user -> NATS permissions (publish/subscribe allow lists); deny is implicit for everything else."""
+    p = subjects.PREFIX
+    audit = f"{p}.event.audit.>"
+    events = subjects.EVENTS.name
+    users = {
+        ADMIN: {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}},
+        "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>",
+                                          # after Redis lost its state: the last JobObserved per job
+                                          # (relaunch.detector.rebuilding)
+                                          f"{API}.STREAM.MSG.GET.{subjects.SIGNALS.name}"],
+                             consumers=CONSUMERS["detector"]),
+        "decider": _service("decider", [f"{p}.advice.>"], consumers=CONSUMERS["decider"]),
+        "actuator": _service(
+            "actuator", [f"{p}.signal.job.>", f"{p}.event.reconcile.>", audit,
+                         # reads the newest Advice of a job and the anomaly behind it (by subject)
+                         f"{API}.STREAM.MSG.GET.{subjects.ADVICE.name}", f"{API}.DIRECT.GET.{subjects.ADVICE.name}.>",
+                         f"{API}.STREAM.MSG.GET.{events}", f"{API}.DIRECT.GET.{events}.>",
+                         *_kv(LEASE_BUCKET, create=True), *_kv(HOLDS_BUCKET, create=True)],
+            consumers=CONSUMERS["actuator"]),
+        # It may start before the actuator made the hold registry: creating it empty is harmless.
+        "watchdog": _service("watchdog", [audit, *_kv(HOLDS_BUCKET, create=True)]),
+        # Live reading of EVENTS: unnamed ephemeral ordered consumers (the server names them, and removes
+        # them when the reader goes), with flow control. Not `CONSUMER.CREATE.EVENTS.>`, `DELETE` or
+        # `INFO`: those would reach the decider's durables on EVENTS too.
+        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{events}", f"$JS.FC.{events}.>"]),
+        # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
+        CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
+              "subscribe": {"allow": [f"{p}.>", f"{inbox_prefix(CLI)}.>"]}},
+    }
+    for node in nodes:
+        user = probe_user(node)
+        users[user] = _service(user, [subjects.signal_node(cluster, node)],
+                               subscribe=[subjects.control_inject(cluster, node)], responses=True)
+    if shared_probe:
+        users[SHARED_PROBE] = {
+            "publish": {"allow": [subjects.signal_node(cluster, "*"),
+                                  *(f"{API}.STREAM.INFO.{spec.name}" for spec in subjects.STREAMS)]},
+            "subscribe": {"allow": [subjects.control_inject(cluster, "*"), f"{inbox_prefix(SHARED_PROBE)}.>"]},
+            "allow_responses": True}
+    return users
+
+
+def all_users(nodes: list[str], shared_probe: bool = False) -> list[str]:
+    return [ADMIN, CLI, *SERVICES, *(probe_user(n) for n in nodes), *([SHARED_PROBE] if shared_probe else [])]
+
+
+def authorization_config(cluster: str, nodes: list[str], passwords: dict[str, str], shared_probe: bool = False) -> str:
+    """The `authorization { users = [...] }` block of a nats-server config (JSON values are valid there)."""
+    perms = permissions(cluster, nodes, shared_probe)
+    users = [{"user": u, "password": passwords[u], "permissions": perms[u]} for u in all_users(nodes, shared_probe)]
+    return "authorization {\n  users = " + json.dumps(users, indent=2) + "\n}\n"
+
+
+def write_passwords(creds_dir: Path, users: list[str]) -> dict[str, str]:
+    """Create `<creds_dir>/<user>.pass` (mode 600, random) where missing; return every user's password."""
+    creds_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(creds_dir, 0o700)
+    out = {}
+    for user in users:
+        path = creds_dir / f"{user}.pass"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32) + "\n")
+        out[user] = read_password(path)
+    return out
+
+
+def read_password(path: str | os.PathLike) -> str:
+    """The first line of a password file (a Kubernetes Secret mounted as a file, or one stack.sh wrote)."""
+    text = Path(path).read_text()
+    password = text.splitlines()[0].strip() if text.strip() else ""
+    if not password:
+        raise ValueError(f"the NATS password file {path} is empty")
+    return password
+
+
+async def setup_streams() -> None:
+    """Create or update every stream as the admin user (credentials from RELAUNCH_NATS_* settings)."""
+    from .bus import Bus
+    from .settings import CommonSettings
+
+    bus = await Bus.connect(CommonSettings().nats_url, ADMIN, wait_s=30)
+    await bus.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m relaunch.common.natsauth", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    config = sub.add_parser("config", help="write missing passwords and print the nats-server authorization block")
+    config.add_argument("--creds", required=True, type=Path, help="folder of <user>.pass files (created, mode 700)")
+    config.add_argument("--cluster", required=True)
+    config.add_argument("--nodes", default="", help="comma-separated node names (one gpu-probe user each)")
+    config.add_argument("--shared-probe-user", action="store_true",
+                        help=f"add the user {SHARED_PROBE!r} for every node's probe (a DaemonSet sharing one Secret)")
+    sub.add_parser("setup", help="create or update the streams as admin (RELAUNCH_NATS_* settings)")
+    args = parser.parse_args(argv)
+    if args.command == "config":
+        nodes = [n for n in args.nodes.split(",") if n]
+        passwords = write_passwords(args.creds, all_users(nodes, args.shared_probe_user))
+        sys.stdout.write(authorization_config(args.cluster, nodes, passwords, args.shared_probe_user))
+    else:
+        asyncio.run(setup_streams())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

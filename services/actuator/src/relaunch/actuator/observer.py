@@ -1,0 +1,263 @@
+"""The scheduler observer: polls Slurm and publishes JobObserved for opted-in jobs when what it sees changes.
+
+Sources, in order of preference:
+- `squeue --json` for every job slurmctld still knows (running, pending, and finished ones for
+  MinJobAge seconds);
+- `sacct` (job accounting) for the final state and exit code of an attempt slurmctld has already
+  forgotten: a job seen here that leaves the squeue listing is looked up at once, and after any
+  stretch in which we could have missed jobs (start-up, regained leadership, a gap between polls)
+  the accounting records of that stretch are swept for opted-in jobs that ended unseen.
+
+What is kept in memory is only a cache: a restarted observer republishes what it sees (the ledger
+and JetStream's Msg-Id dedupe make that harmless) and sweeps accounting for what it missed.
+
+Identity: JobObserved.submit_time is the submit time of the job's FIRST attempt. Slurm gives every
+requeued attempt a new SubmitTime, so the current one would make each restart look like a new job;
+for a restarted job the first one comes from the accounting chain (domain/accounting.py), and when
+it cannot be known for sure it is left out (None) rather than guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, utcnow
+from relaunch.common.errors import PermanentError, TemporaryError
+from relaunch.common.job_states import FINAL_STATES
+from relaunch.common.optin import parse_comment
+from relaunch.common.schemas import JobObserved
+
+from .adapters.slurm import AccountingDisabled, Slurm
+from .domain.accounting import REQUEUE_LINK, AccountedAttempt, job_chain
+from .domain.observing import SqueueJob, opted_in_jobs
+
+log = logging.getLogger(__name__)
+
+OBSERVED = Counter("relaunch_jobs_observed_total", "JobObserved messages published")
+FROM_ACCOUNTING = Counter("relaunch_jobs_observed_from_accounting_total",
+                          "Final states published from sacct because slurmctld had forgotten the job",
+                          ["path"])
+
+PARTITION_TTL_S = 10.0
+"""How long the usable-node count per partition (sinfo) is reused."""
+GONE_TRIES = 30
+"""Polls to wait for a vanished job's final accounting record before giving up on it (logged)."""
+SWEEP_SLACK = dt.timedelta(seconds=30)
+"""A sweep after a gap starts this long before the last good poll (clock skew, slow slurmdbd)."""
+
+
+@dataclass
+class _Seen:
+    """A job seen in squeue whose final state has not been published yet."""
+
+    restarts: int
+    submitted: dt.datetime | None
+    first_submit: dt.datetime | None
+    name: str
+    comment: str
+    partition: str
+    tries: int = 0
+
+
+class Observer:
+    def __init__(self, bus: Bus, slurm: Slurm, cluster: str, interval_s: float,
+                 active: Callable[[], bool] = lambda: True, history_window_s: float = 900.0) -> None:
+        self.bus, self.slurm, self.cluster, self.interval_s = bus, slurm, cluster, interval_s
+        self.active = active
+        self.history_window = dt.timedelta(seconds=history_window_s)
+        self.gap = dt.timedelta(seconds=max(5.0, 3 * interval_s))
+        self._last: dict[str, tuple] = {}
+        self._paths: dict[tuple[str, int], tuple[str, str]] = {}
+        self._open: dict[str, _Seen] = {}
+        self._firsts: dict[str, tuple[dt.datetime, int, dt.datetime | None]] = {}
+        self._partitions: tuple[float, dict[str, int]] | None = None
+        self._last_ok: dt.datetime | None = None
+        self._accounting = True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                if self.active():
+                    await self.poll_once()
+                else:
+                    self._last.clear()  # a standby re-publishes what it sees once it leads
+                    self._last_ok = None  # ... and sweeps accounting for what it missed meanwhile
+            except (TemporaryError, PermanentError) as exc:
+                log.warning("observer: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
+            except TimeoutError:
+                pass
+
+    async def poll_once(self) -> None:
+        started = utcnow()
+        sweep_from = None
+        if self._last_ok is None:
+            sweep_from = started - self.history_window
+        elif started - self._last_ok > self.gap:
+            sweep_from = self._last_ok - SWEEP_SLACK
+        listing = await self.slurm.list_jobs()
+        listed = {str(entry.get("job_id")) for entry in listing.get("jobs", [])}
+        for job in opted_in_jobs(listing):
+            await self._publish_listed(job)
+        if self._accounting:
+            try:
+                await self._vanished(listed)
+                if sweep_from is not None:
+                    await self._sweep(listed, sweep_from)
+            except AccountingDisabled as exc:
+                self._accounting = False
+                self._open.clear()
+                log.warning("observer: no job accounting on this cluster (%s): the final state of a job that "
+                            "ends while the observer is not looking is lost", exc)
+        self._last_ok = started
+
+    # --- jobs slurmctld still lists ---------------------------------------------------------------
+
+    async def _publish_listed(self, job: SqueueJob) -> None:
+        key = job.change_key()
+        if self._last.get(job.job_id) == key:
+            return
+        first = await self._first_submit(job)
+        stdout, stderr = await self._paths_of(job.job_id, job.restarts)
+        await self._publish(job.job_id, key, name=job.name, state=job.state, reason=job.reason,
+                            restarts=job.restarts, nodes=list(job.nodes), comment=job.comment,
+                            partition=job.partition, stdout=stdout, stderr=stderr, exit_code=job.exit_code,
+                            submit_time=first)
+        if job.state in FINAL_STATES:
+            self._open.pop(job.job_id, None)
+        else:
+            self._open[job.job_id] = _Seen(job.restarts, job.submitted, first, job.name, job.comment, job.partition)
+
+    async def _first_submit(self, job: SqueueJob) -> dt.datetime | None:
+        """The submit time of the job's first attempt (see the module docstring), or None."""
+        if job.submitted is None:
+            return None
+        if job.restarts == 0:
+            first: dt.datetime | None = job.submitted
+        else:
+            cached = self._firsts.get(job.job_id)
+            if cached is not None and cached[0] == job.submitted:
+                return cached[2]
+            if cached is not None and cached[2] is not None and cached[1] < job.restarts and cached[0] < job.submitted:
+                first = cached[2]  # we saw an earlier attempt of this very job
+            else:
+                first = await self._first_from_accounting(job)
+        if len(self._firsts) > 10_000:
+            self._firsts.clear()
+        self._firsts[job.job_id] = (job.submitted, job.restarts, first)
+        return first
+
+    async def _first_from_accounting(self, job: SqueueJob) -> dt.datetime | None:
+        if not self._accounting:
+            return None
+        try:
+            chain = job_chain(await self.slurm.accounting([job.job_id]), job.job_id, before=job.submitted)
+        except AccountingDisabled:
+            self._accounting = False
+            return None
+        except TemporaryError as exc:
+            log.info("observer: first submit time of job %s unknown for now: %s", job.job_id, exc)
+            return None
+        # The chain holds the attempts accounted so far (the current one may not be recorded yet):
+        # only a chain as long as the restart counter says proves where the job began.
+        if len(chain) < job.restarts:
+            return None
+        return chain[0].submit
+
+    async def _paths_of(self, job_id: str, restarts: int) -> tuple[str, str]:
+        cached = self._paths.get((job_id, restarts))
+        if cached is None:
+            fields = await self.slurm.show_job(job_id) or {}
+            cached = (fields.get("StdOut", ""), fields.get("StdErr", ""))
+            if len(self._paths) > 10_000:
+                self._paths.clear()
+            self._paths[(job_id, restarts)] = cached
+        return cached
+
+    # --- jobs slurmctld has forgotten -------------------------------------------------------------
+
+    async def _vanished(self, listed: set[str]) -> None:
+        """Jobs we saw unfinished that squeue no longer lists: their final state from accounting."""
+        gone = sorted(job_id for job_id in self._open if job_id not in listed)
+        if not gone:
+            return
+        records = await self.slurm.accounting(gone)
+        for job_id in gone:
+            seen = self._open[job_id]
+            chain = job_chain(records, job_id)
+            index = next((i for i, r in enumerate(chain)
+                          if seen.submitted is None or abs(r.submit - seen.submitted) <= REQUEUE_LINK), None)
+            if index is None or not chain[-1].final:
+                seen.tries += 1
+                if seen.tries >= GONE_TRIES:
+                    log.warning("observer: job %s left squeue but accounting has no final record of it", job_id)
+                    self._open.pop(job_id)
+                continue
+            restarts = seen.restarts + (len(chain) - 1 - index)
+            await self._publish_accounted(chain[-1], restarts, seen.first_submit, seen, "vanished")
+            self._open.pop(job_id)
+
+    async def _sweep(self, listed: set[str], since: dt.datetime) -> None:
+        """Opted-in jobs that ended since `since` and that squeue no longer lists."""
+        recent = await self.slurm.accounting_since(since)
+        candidates = sorted({r.job_id for r in recent if r.job_id not in listed and r.job_id not in self._open
+                             and parse_comment(r.comment).opted_in})
+        if not candidates:
+            return
+        records = await self.slurm.accounting(candidates)  # all of each job's attempts, not only the recent
+        for job_id in candidates:
+            chain = job_chain(records, job_id)
+            if not chain or not chain[-1].final:
+                continue
+            last = self._last.get(job_id)
+            if last is not None and last[0] in FINAL_STATES and last[2] == len(chain) - 1:
+                continue  # squeue showed us this final state before slurmctld forgot the job
+            await self._publish_accounted(chain[-1], len(chain) - 1, chain[0].submit, None, "sweep")
+
+    async def _publish_accounted(self, record: AccountedAttempt, restarts: int, first: dt.datetime | None,
+                                 seen: _Seen | None, path: str) -> None:
+        key = (record.state, "", restarts, record.nodes, record.exit_code)
+        if self._last.get(record.job_id) == key:
+            return
+        stdout, stderr = self._paths.get((record.job_id, restarts), ("", ""))
+        await self._publish(
+            record.job_id, key, name=seen.name if seen else record.name, state=record.state, reason="",
+            restarts=restarts, nodes=list(record.nodes), comment=seen.comment if seen else record.comment,
+            partition=record.partition or (seen.partition if seen else ""), stdout=stdout, stderr=stderr,
+            exit_code=record.exit_code, submit_time=first)
+        FROM_ACCOUNTING.labels(path).inc()
+        log.info("observer: job %s attempt %d ended %s (exit code %s), from accounting (%s)", record.job_id,
+                 restarts, record.state, record.exit_code, path)
+
+    # --- publishing -------------------------------------------------------------------------------
+
+    async def _publish(self, job_id: str, key: tuple, *, partition: str, **fields) -> None:
+        observed = JobObserved(cluster=self.cluster, job_id=job_id, partition=partition,
+                               partition_nodes=await self._partition_size(partition), observed_at=utcnow(),
+                               **fields)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
+        await self.bus.publish(subjects.signal_job(self.cluster, job_id), observed,
+                               msg_id=f"job.{self.cluster}.{job_id}.{digest}")
+        OBSERVED.inc()
+        self._last[job_id] = key
+
+    async def _partition_size(self, partition: str) -> int | None:
+        """Usable nodes in the partition (sinfo, reused for PARTITION_TTL_S); None when unknown."""
+        now = time.monotonic()
+        if self._partitions is None or now - self._partitions[0] > PARTITION_TTL_S:
+            try:
+                self._partitions = (now, await self.slurm.usable_nodes())
+            except (TemporaryError, PermanentError) as exc:
+                log.info("observer: partition sizes unknown for now: %s", exc)
+                return None
+        return self._partitions[1].get(partition)

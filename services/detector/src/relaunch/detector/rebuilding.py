@@ -1,0 +1,83 @@
+"""Rebuilding the detector's hot state when Redis lost it (flushed, or replaced by an empty server).
+
+Why: the detector learns which jobs to follow from JobObserved, and the actuator's observer publishes
+one only when what it sees changes. After Redis is flushed, a running job that does not change state
+is followed by nobody: its new log lines are never read, so a hang (no new progress) is never
+detected. The SIGNALS stream still holds the last JobObserved of every job (max_age 6 h), so the
+detector replays those and follows again every job whose last observation is not final.
+
+How Redis loss is noticed: a marker key written after each rebuild (`HotState.claim_rebuild`);
+when it is missing, whichever replica claims it first rebuilds. A rebuild that fails gives the
+claim back, so another pass (or replica) tries again.
+
+Hazard: the durable consumer may process a newer observation of a job while the replay handles
+an older one; `Detector.on_job` ignores observations of an older attempt than the one it follows,
+and the replay reads the newest message per subject, so the window is one poll of the observer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import nats.errors
+import nats.js.errors
+
+from relaunch.common import subjects
+from relaunch.common.bus import Bus, Delivery
+from relaunch.common.errors import TemporaryError
+from relaunch.common.job_states import FINAL_STATES
+from relaunch.common.schemas import JobObserved
+
+from .adapters.hotstate import HotState
+
+log = logging.getLogger(__name__)
+
+CHECK_S = 2.0
+"""How often the marker is checked (a Redis EXISTS)."""
+
+
+class HotStateRebuilder:
+    def __init__(self, bus: Bus, state: HotState, cluster: str, on_job, check_s: float = CHECK_S) -> None:
+        """`on_job`: the detector's JobObserved handler, replayed for each job still in progress."""
+        self.bus, self.state, self.cluster, self.on_job, self.check_s = bus, state, cluster, on_job, check_s
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                if await self.state.claim_rebuild(self.cluster):
+                    try:
+                        count = await self.rebuild()
+                    except BaseException:
+                        await self.state.release_rebuild(self.cluster)
+                        raise
+                    log.info("hot state: followed %d jobs again from the last observations in %s",
+                             count, subjects.SIGNALS.name)
+            except (TemporaryError, nats.errors.Error, TimeoutError) as exc:
+                log.warning("hot state rebuild: %s (will retry)", exc)
+            except Exception:  # never take the detector down for this: the next pass tries again
+                log.exception("hot state rebuild failed (will retry)")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.check_s)
+            except TimeoutError:
+                pass
+
+    async def rebuild(self) -> int:
+        """Replay the newest JobObserved of every job of this cluster whose attempt is not over."""
+        prefix = subjects.signal_job(self.cluster, "")
+        info = await self.bus.js.stream_info(subjects.SIGNALS.name, subjects_filter=prefix + ">")
+        count = 0
+        for subject in sorted((info.state.subjects or {})):
+            try:
+                msg = await self.bus.js.get_last_msg(subjects.SIGNALS.name, subject)
+            except nats.js.errors.NotFoundError:
+                continue  # aged out since the listing
+            try:
+                obs = JobObserved.model_validate_json(msg.data)
+            except ValueError:
+                continue  # the durable consumer dead-letters it; nothing to follow
+            if obs.state in FINAL_STATES:
+                continue
+            await self.on_job(obs, Delivery(subject=subject, num_delivered=1, stream_seq=msg.seq or 0))
+            count += 1
+        return count

@@ -1,0 +1,74 @@
+"""History after MinJobAge: jobs that end and leave slurmctld while the observer is not looking still get
+their final state and exit code into the ledger, read from job accounting (slurmdbd + MariaDB, sacct -P).
+
+The actuator is frozen (SIGSTOP) meanwhile: job A, seen running before, is looked up when it is missing
+from squeue; job B, never seen at all, is found by the sweep of accounting after the gap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from slurmjobs import ledger, wait_until
+
+pytestmark = pytest.mark.e2e
+
+MIN_JOB_AGE = 10
+"""Seconds slurmctld keeps a finished job during this test; below 60, it also purges every MinJobAge s."""
+
+
+def set_min_job_age(env: dict, seconds: int) -> None:
+    conf = Path(env["SLURM_CONF"])
+    conf.write_text(re.sub(r"(?m)^MinJobAge=\d+$", f"MinJobAge={seconds}", conf.read_text()))
+    subprocess.run(["scontrol", "reconfigure"], check=True, timeout=30)
+
+
+def submit(env: dict, seconds: float, exit_code: int) -> str:
+    jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
+    out = subprocess.run(["sbatch", "--parsable", "--comment=relaunch:max_attempts=1", "-o", str(jobs / "%x-%j.out"),
+                          "-J", "sacct-history", f"--wrap=sleep {seconds}; exit {exit_code}"],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip().split(";")[0]
+
+
+def known_to_slurmctld(job: str) -> bool:
+    return subprocess.run(["scontrol", "show", "job", job], capture_output=True).returncode == 0
+
+
+def final_attempt(job: str):
+    record = ledger(job)
+    attempts = record.get("attempts") or []
+    return attempts and attempts[-1]["state"] in ("FAILED", "COMPLETED") and attempts[-1]
+
+
+def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_the_job(services):
+    sacct = subprocess.run(["sacct", "-n", "-X", "-S", "now-60"], capture_output=True, text=True)
+    assert sacct.returncode == 0, f"the test stack runs without job accounting: {sacct.stderr}"
+    actuator = int((Path(services["RELAUNCH_RUN_DIR"]) / "pids" / "actuator.pid").read_text())
+    set_min_job_age(services, MIN_JOB_AGE)
+    stopped = False
+    try:
+        seen = submit(services, 4, 3)
+        wait_until("the observer to report job A running",
+                   lambda: any(a["state"] == "RUNNING" for a in ledger(seen).get("attempts") or []), timeout=30)
+        os.kill(actuator, signal.SIGSTOP)
+        stopped = True
+        unseen = submit(services, 0.5, 4)
+        wait_until("slurmctld to forget both jobs", lambda: not known_to_slurmctld(seen) and not known_to_slurmctld(unseen),
+                   timeout=4 + 2 * MIN_JOB_AGE + 30)
+        os.kill(actuator, signal.SIGCONT)
+        stopped = False
+        a = wait_until("job A's final state in the ledger", lambda: final_attempt(seen), timeout=30)
+        b = wait_until("job B's final state in the ledger", lambda: final_attempt(unseen), timeout=30)
+        assert (a["index"], a["state"], a["exit_code"]) == (0, "FAILED", 3)
+        assert (b["index"], b["state"], b["exit_code"]) == (0, "FAILED", 4)
+        assert ledger(unseen)["job"]["submit_time"] is not None
+    finally:
+        if stopped:
+            os.kill(actuator, signal.SIGCONT)
+        set_min_job_age(services, 300)

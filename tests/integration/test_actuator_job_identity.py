@@ -1,0 +1,105 @@
+"""Job identity in the ledger (migration 0007), against a real Postgres: a job id reused with a later
+first-attempt submit time is a new job; the earlier job's rows stay, as '<id>@<submit time>'; Advice
+generations go on; a requeue (same first submit time) and a late report about the old job change nothing."""
+
+import datetime as dt
+
+import asyncpg
+import pytest
+
+from relaunch.common.bus import Bus, Delivery
+from relaunch.common.schemas import AnomalyDetected, JobObserved
+from relaunch.decider.adapters.ledger import Ledger
+from relaunch.decider.handlers import Decider
+from relaunch.decider.outbox import OutboxPublisher
+
+pytestmark = pytest.mark.integration
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+FIRST = NOW - dt.timedelta(hours=2)
+SECOND = NOW - dt.timedelta(minutes=5)
+DELIVERY = Delivery("s", 1, 1)
+
+
+@pytest.fixture
+async def ledger(test_stack, unique):
+    base = test_stack["RELAUNCH_DATABASE_URL"]
+    admin = await asyncpg.connect(base)
+    await admin.execute(f"CREATE DATABASE itest_{unique}")
+    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/itest_{unique}")
+    await ledger.migrate()
+    yield ledger
+    await ledger.close()
+    await admin.execute(f"DROP DATABASE itest_{unique}")
+    await admin.close()
+
+
+def observed(cluster, submit, state="RUNNING", restarts=0, exit_code=None, name="train"):
+    return JobObserved(cluster=cluster, job_id="5", name=name, state=state, restarts=restarts, nodes=["node1"],
+                       comment="relaunch:max_attempts=3", observed_at=NOW, submit_time=submit, exit_code=exit_code)
+
+
+def crash(cluster, anomaly_id, attempt=0):
+    return AnomalyDetected(anomaly_id=anomaly_id, cluster=cluster, job_id="5", attempt=attempt, kind="crash",
+                           source="log", signature_id="segfault", category="segfault", fault_domain="unknown",
+                           action="restart", summary="segfault", detected_at=NOW)
+
+
+async def test_a_reused_job_id_starts_a_new_job_and_keeps_the_old_one(ledger, test_stack, unique):
+    cluster = f"c{unique}"
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+    decider = Decider(ledger, OutboxPublisher(bus, ledger))
+    try:
+        # The first job with id 5: fails, gets Advice generation 1, is requeued (same first submit time).
+        await decider.on_job(observed(cluster, FIRST, name="old"), DELIVERY)
+        await decider.on_job(observed(cluster, FIRST, "FAILED", exit_code=1, name="old"), DELIVERY)
+        await decider.on_anomaly(crash(cluster, f"{cluster}.old.crash"), DELIVERY)
+        await decider.on_job(observed(cluster, FIRST, "RUNNING", restarts=1, name="old"), DELIVERY)
+        pool = ledger.pool
+        assert await pool.fetchval("SELECT count(*) FROM jobs WHERE cluster=$1", cluster) == 1
+
+        # A new job reuses id 5 (submitted later).
+        await decider.on_job(observed(cluster, SECOND, name="new"), DELIVERY)
+        retired = f"5@{FIRST:%Y%m%dT%H%M%SZ}"
+        jobs = {r["job_id"]: r for r in await pool.fetch("SELECT * FROM jobs WHERE cluster=$1", cluster)}
+        assert set(jobs) == {"5", retired}
+        assert (jobs["5"]["name"], jobs["5"]["restarts"], jobs["5"]["submit_time"]) == ("new", 0, SECOND)
+        assert jobs["5"]["verdict"] == "watching"
+        assert (jobs[retired]["name"], jobs[retired]["restarts"], jobs[retired]["submit_time"]) == ("old", 1, FIRST)
+        old_attempts = await pool.fetch("SELECT idx, state FROM attempts WHERE cluster=$1 AND job_id=$2 ORDER BY idx",
+                                        cluster, retired)
+        assert [r["idx"] for r in old_attempts] == [0, 1]
+        new_attempts = await pool.fetch("SELECT idx, state FROM attempts WHERE cluster=$1 AND job_id='5'", cluster)
+        assert [(r["idx"], r["state"]) for r in new_attempts] == [(0, "RUNNING")]
+        assert await pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1 AND job_id=$2", cluster, retired) == 1
+        assert await pool.fetchval("SELECT count(*) FROM anomalies WHERE cluster=$1 AND job_id=$2",
+                                   cluster, retired) == 1
+        assert await pool.fetchval("SELECT count(*) FROM audit WHERE cluster=$1 AND job_id=$2", cluster, retired) >= 1
+
+        # A late report about the old job changes nothing; a requeue of the new one is the same job.
+        await decider.on_job(observed(cluster, FIRST, "FAILED", restarts=1, exit_code=2, name="old"), DELIVERY)
+        await decider.on_job(observed(cluster, SECOND, "FAILED", exit_code=1, name="new"), DELIVERY)
+        await decider.on_job(observed(cluster, SECOND, "RUNNING", restarts=1, name="new"), DELIVERY)
+        assert await pool.fetchval("SELECT count(*) FROM jobs WHERE cluster=$1", cluster) == 2
+        assert await pool.fetchval("SELECT state FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=1",
+                                   cluster, retired) == "RUNNING"
+
+        # The new job's first Advice goes on from the old job's generations (ADVICE keeps one subject per id).
+        await decider.on_anomaly(crash(cluster, f"{cluster}.new.crash", attempt=0), DELIVERY)
+        generations = await pool.fetch("SELECT generation FROM advice WHERE cluster=$1 AND job_id='5'", cluster)
+        assert [r["generation"] for r in generations] == [2]
+    finally:
+        await bus.close()
+
+
+async def test_unknown_submit_times_match_the_job_on_record(ledger, unique):
+    cluster = f"c{unique}"
+    from relaunch.decider.domain.policies import resolve
+    from relaunch.common.optin import parse_comment
+    from relaunch.decider.policy_file import load_policies
+    policy = resolve(parse_comment("relaunch"), load_policies())
+    await ledger.record_observation(observed(cluster, None), policy)
+    await ledger.record_observation(observed(cluster, FIRST), policy)  # first known time is recorded
+    await ledger.record_observation(observed(cluster, None, "FAILED", exit_code=1), policy)
+    row = await ledger.pool.fetchrow("SELECT submit_time, state FROM jobs WHERE cluster=$1 AND job_id='5'", cluster)
+    assert (row["submit_time"], row["state"]) == (FIRST, "FAILED")
+    assert await ledger.pool.fetchval("SELECT count(*) FROM jobs WHERE cluster=$1", cluster) == 1

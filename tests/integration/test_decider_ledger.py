@@ -1,0 +1,152 @@
+"""The decider against a real Postgres (fresh database per test): a second incident on an attempt with an
+open Advice joins it (also when two replicas race), the partition guard, the same node in consecutive
+attempts, and node history that decays (docs/policy.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+
+import asyncpg
+import pytest
+
+from relaunch.common.bus import Delivery
+from relaunch.common.schemas import AnomalyDetected, JobObserved, NodeHealth, ReconcileStatus
+from relaunch.decider.adapters.ledger import Ledger
+from relaunch.decider.handlers import Decider
+from relaunch.decider.outbox import OutboxPublisher
+
+pytestmark = pytest.mark.integration
+DELIVERY = Delivery("s", 1, 1)
+
+
+@pytest.fixture
+async def ledger(test_stack, unique):
+    base = test_stack["RELAUNCH_DATABASE_URL"]
+    admin = await asyncpg.connect(base)
+    await admin.execute(f"CREATE DATABASE idec_{unique}")
+    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/idec_{unique}")
+    await ledger.migrate()
+    yield ledger
+    await ledger.close()
+    await admin.execute(f"DROP DATABASE idec_{unique}")
+    await admin.close()
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def observed(cluster, restarts=0, nodes=("node1", "node2", "node3", "node4"), comment="relaunch:max_attempts=4",
+             **kw):
+    return JobObserved(cluster=cluster, job_id="5", name="train", state="RUNNING", restarts=restarts,
+                       nodes=list(nodes), comment=comment, partition="gpu", observed_at=now(), **kw)
+
+
+def anomaly(cluster, name, attempt=0, **kw):
+    base = dict(anomaly_id=f"{cluster}.5.{attempt}.{name}", cluster=cluster, job_id="5", attempt=attempt,
+                kind="crash", source="log", signature_id="ecc_error", category="ecc_error", fault_domain="hardware",
+                action="restart", summary=name, detected_at=now())
+    return AnomalyDetected(**{**base, **kw})
+
+
+async def audits(ledger, cluster, action):
+    rows = await ledger.pool.fetch("SELECT detail FROM audit WHERE cluster=$1 AND action=$2 ORDER BY id",
+                                   cluster, action)
+    return [json.loads(r["detail"]) for r in rows]
+
+
+async def advice_rows(ledger, cluster):
+    return await ledger.pool.fetch("SELECT * FROM advice WHERE cluster=$1 ORDER BY generation", cluster)
+
+
+async def test_a_second_incident_joins_the_open_advice_and_restarts_nothing(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash"), DELIVERY)
+    hang = anomaly(cluster, "hang", kind="hang", source="progress", signature_id="hang", category="hang",
+                   fault_domain="unknown")
+    for _ in range(2):  # a redelivery of the second incident adds nothing
+        await decider.on_anomaly(hang, DELIVERY)
+    (advice,) = await advice_rows(ledger, cluster)
+    refs = json.loads(advice["evidence_refs"])
+    assert advice["generation"] == 1 and advice["status"] == "PENDING"
+    assert refs.count(f"anomaly:{cluster}.5.0.crash") == 1 and refs.count(f"anomaly:{cluster}.5.0.hang") == 1
+    [join] = await audits(ledger, cluster, "join")
+    assert join["rule"] == "joins_open_advice" and join["generation"] == 1 and join["anomaly"] == hang.anomaly_id
+    assert "joined advice generation 1" in join["reason"]
+    assert await ledger.pool.fetchval("SELECT count(*) FROM outbox") == 1  # one Advice published, not two
+
+    # Once the actuator has carried it out, a late incident on that attempt joins nothing and restarts nothing.
+    await decider.on_reconcile(ReconcileStatus(cluster=cluster, job_id="5", generation=1, status="CONVERGED",
+                                               reason="done", at=now()), Delivery("s", 1, 9))
+    await decider.on_anomaly(anomaly(cluster, "late"), DELIVERY)
+    assert len(await advice_rows(ledger, cluster)) == 1 and len(await audits(ledger, cluster, "join")) == 1
+    assert await ledger.pool.fetchval("SELECT count(*) FROM anomalies WHERE cluster=$1", cluster) == 3
+
+
+async def test_two_replicas_racing_on_two_incidents_of_one_attempt_make_one_advice(ledger, unique):
+    cluster = f"c{unique}"
+    a, b = Decider(ledger, OutboxPublisher(None, ledger)), Decider(ledger, OutboxPublisher(None, ledger))
+    await a.on_job(observed(cluster), DELIVERY)
+    first, second = anomaly(cluster, "one"), anomaly(cluster, "two", category="nccl_network_error")
+    await asyncio.gather(a.on_anomaly(first, DELIVERY), b.on_anomaly(second, DELIVERY),
+                         b.on_anomaly(first, DELIVERY), a.on_anomaly(second, DELIVERY))
+    (advice,) = await advice_rows(ledger, cluster)
+    refs = json.loads(advice["evidence_refs"])
+    assert {f"anomaly:{first.anomaly_id}", f"anomaly:{second.anomaly_id}"} <= set(refs)
+    assert len(await audits(ledger, cluster, "restart")) == 1 and len(await audits(ledger, cluster, "join")) == 1
+
+
+async def test_the_partition_guard_leaves_a_suspect_in_and_the_ledger_says_so(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, partition_nodes=5), DELIVERY)
+    await decider.on_job(observed(cluster), DELIVERY)  # partition size unknown this time: the last one is kept
+    assert await ledger.pool.fetchval("SELECT partition_nodes FROM jobs WHERE cluster=$1", cluster) == 5
+    for node in ("node2", "node3"):
+        await decider.on_node(NodeHealth(cluster=cluster, node=node, verdict="failed", reasons=[f"XID 79 on {node}"],
+                                         backend="fake", at=now()), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash"), DELIVERY)
+    (advice,) = await advice_rows(ledger, cluster)
+    assert advice["exclude_nodes"] == ["node2"]
+    assert "left in node3 (0.90): partition 'gpu' has 5 usable node(s), the job needs 4" in advice["reason"]
+    [restart] = await audits(ledger, cluster, "restart")
+    assert restart["left_in"] == ["node3"]
+    suspects = await ledger.pool.fetch("SELECT node, excluded FROM suspects WHERE cluster=$1 ORDER BY node", cluster)
+    assert [(r["node"], r["excluded"]) for r in suspects] == [("node2", True), ("node3", False)]
+
+
+async def test_the_same_node_in_consecutive_attempts_is_left_out(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_node(NodeHealth(cluster=cluster, node="node2", verdict="degraded", reasons=["thermal"],
+                                     backend="fake", at=now()), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash"), DELIVERY)
+    (first,) = await advice_rows(ledger, cluster)
+    assert first["exclude_nodes"] == []  # degraded alone (0.5) is not enough
+    await decider.on_job(observed(cluster, restarts=1), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash", attempt=1), DELIVERY)
+    second = (await advice_rows(ledger, cluster))[1]
+    assert second["exclude_nodes"] == ["node2"] and second["attempt"] == 1
+    assert any("previous attempt too (0.50" in ref for ref in json.loads(second["evidence_refs"]))
+    row = await ledger.pool.fetchrow("SELECT confidence FROM suspects WHERE cluster=$1 AND attempt=1", cluster)
+    assert row["confidence"] == pytest.approx(0.7)
+
+
+async def test_node_history_older_than_the_window_does_not_count(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    for job, hours_ago in (("7", 30), ("8", 1)):  # one exclusion too old: one other job only
+        async with ledger.job_tx(cluster, job) as tx:
+            await tx.conn.execute(
+                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+                "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',$4,$4)",
+                cluster, job, ["node1"], now() - dt.timedelta(hours=hours_ago))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash", fault_domain="unknown"), DELIVERY)
+    (advice,) = [r for r in await advice_rows(ledger, cluster) if r["job_id"] == "5"]
+    assert advice["exclude_nodes"] == [] and "other jobs" not in advice["evidence_refs"]

@@ -1,0 +1,128 @@
+"""The detector at scale, against real Redis and NATS: progress handled a fetch at a time leaves
+exactly the state that handling it one report at a time leaves, and the follower reads only the
+files that changed."""
+
+import datetime as dt
+
+import pytest
+
+from relaunch.common.bus import Bus, Delivery
+from relaunch.common.errors import TemporaryError
+from relaunch.common.schemas import LogBatch, ProgressReported
+from relaunch.detector.adapters.hotstate import HotState
+from relaunch.detector.domain import hangs, stragglers
+from relaunch.detector.handlers import Follower
+from relaunch.detector.tracking import ProgressTracker
+
+pytestmark = pytest.mark.integration
+T0 = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+DELIVERY = Delivery("s", 1, 1)
+
+
+@pytest.fixture
+async def redis_and_bus(test_stack, unique):
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+    state = HotState(test_stack["RELAUNCH_REDIS_URL"])
+    yield bus, state
+    await bus.close()
+    await state.close()
+
+
+def report(cluster: str, job: str, step: int, seconds: float, throughput: float) -> ProgressReported:
+    return ProgressReported(cluster=cluster, job_id=job, step=step, throughput=throughput, step_time_s=1.0,
+                            at=T0 + dt.timedelta(seconds=seconds))
+
+
+async def test_a_batch_leaves_the_state_one_by_one_handling_leaves(redis_and_bus, unique):
+    bus, state = redis_and_bus
+    one, many = f"a{unique}", f"b{unique}"
+    trackers = {c: ProgressTracker(bus, state, c, hangs.HangPolicy(), stragglers.StragglerPolicy())
+                for c in (one, many)}
+    for cluster in (one, many):
+        for job, attempt in (("1", "0"), ("2", "1")):
+            await state.track(cluster, job, {"attempt": attempt, "options": '{"hang_timeout": 60}'})
+    # Job 1 reports steadily, job 2 with a slow patch, job 3 is not observed yet; reports interleave.
+    stream = []
+    for i in range(40):
+        stream.append(("1", i, i * 1.0, 100.0))
+        stream.append(("2", i, i * 1.5, 100.0 if i < 25 else 40.0))
+        if i % 10 == 0:
+            stream.append(("3", i, i * 1.0, 100.0))
+    for job, step, seconds, rate in stream:
+        try:
+            await trackers[one].on_progress(report(one, job, step, seconds, rate), DELIVERY)
+        except TemporaryError:
+            assert job == "3"
+    results = []
+    for start in range(0, len(stream), 16):  # batches that cut through each job's reports
+        batch = [(report(many, *item), DELIVERY) for item in stream[start: start + 16]]
+        results += await trackers[many].on_progress_batch(batch)
+
+    assert [type(r) for r, (job, *_) in zip(results, stream) if job == "3"] == [TemporaryError] * 4
+    assert all(r is None for r, (job, *_) in zip(results, stream) if job != "3")
+    for job in ("1", "2"):
+        assert await state.progress(many, job) == await state.progress(one, job)
+        assert (await state.r.zscore(f"rl:hangdl:{many}", job)) == (await state.r.zscore(f"rl:hangdl:{one}", job))
+        assert (await state.job(many, job)).get("progress_seen") == "1"
+    assert await state.progress(many, "3") is None
+
+
+async def test_reports_of_an_older_attempt_change_nothing(redis_and_bus, unique):
+    bus, state = redis_and_bus
+    cluster = f"c{unique}"
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    await state.track(cluster, "5", {"attempt": "2"})
+    await tracker.on_progress_batch([(report(cluster, "5", 7, 0, 10.0), DELIVERY)])
+    before = await state.progress(cluster, "5")
+    await state.track(cluster, "5", {"attempt": "1"})  # the job hash says an older attempt (a late replay)
+    assert await tracker.on_progress_batch([(report(cluster, "5", 9, 5, 10.0), DELIVERY)]) == [None]
+    assert await state.progress(cluster, "5") == before
+
+
+async def test_the_follower_reads_only_files_that_changed(redis_and_bus, unique, tmp_path):
+    bus, state = redis_and_bus
+    cluster = f"c{unique}"
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024)
+    read: list[str] = []
+    real_read = follower.read_job
+
+    async def counting_read(job_id):
+        read.append(job_id)
+        await real_read(job_id)
+
+    follower.read_job = counting_read
+    logs = {job: tmp_path / f"{job}.out" for job in ("1", "2")}
+    for job, path in logs.items():
+        path.write_text("starting\n")
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
+    await state.track(cluster, "3", {"attempt": "0", "stdout": str(tmp_path / "not-yet.out")})
+
+    await follower.pass_once()
+    assert sorted(read) == ["1", "2"], "a restarted follower reads every job once; a missing file is skipped"
+    read.clear()
+    await follower.pass_once()
+    assert read == [], "nothing changed: no Redis round trip per job"
+    with logs["2"].open("a") as fh:
+        fh.write("step 1\n")
+    await follower.pass_once()
+    assert read == ["2"]
+    sub = await bus.js.subscribe(f"relaunch.signal.log.{cluster}.2", ordered_consumer=True)
+    lines = []
+    for _ in range(2):
+        lines += LogBatch.model_validate_json((await sub.next_msg(timeout=2)).data).lines
+    await sub.unsubscribe()
+    assert lines == ["starting", "step 1"]
+
+    read.clear()
+    (tmp_path / "not-yet.out").write_text("hello\n")
+    await follower.pass_once()
+    assert read == ["3"], "a file that appears is read"
+    read.clear()
+    moved = tmp_path / "moved.out"
+    moved.write_text("elsewhere\n")
+    await state.track(cluster, "1", {"stdout": str(moved), "stderr": str(moved)})
+    follower.refresh("1")  # what the detector does on a JobObserved
+    await state.untrack(cluster, "2")
+    await follower.pass_once()
+    assert read == ["1"]
+    assert "2" not in follower._paths and "2" not in follower._locks, "an unfollowed job is forgotten"

@@ -1,0 +1,291 @@
+"""Fault injection on the test stack, the checks every fault test ends with, and the results file.
+
+Each reliability test records what it tried, how many times, and what was lost into
+test-artifacts/reliability/<name>.json (written before its assertions, so a failure shows in the
+table too); `python tests/reliability/faults.py report` (make reliability) turns those files into
+docs/reliability.md.
+
+"Lost" is measured against the sources of truth, never against what a service says about itself:
+Slurm's Restarts counter (scontrol show job), the Postgres ledger, and the ADVICE stream.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))  # slurmjobs: sbatch, job_fields, stack (no __init__.py)
+
+from slurmjobs import job_fields, sbatch, stack  # noqa: E402
+
+RESULTS = Path(os.environ.get("RELAUNCH_RELIABILITY_RESULTS") or REPO / "test-artifacts" / "reliability")
+DOC = REPO / "docs" / "reliability.md"
+
+
+# -- faults ---------------------------------------------------------------------------------------
+def pid_of(env: dict, name: str) -> int:
+    return int((Path(env["RELAUNCH_RUN_DIR"]) / "pids" / f"{name}.pid").read_text().strip())
+
+
+def sigkill(env: dict, name: str) -> int:
+    """SIGKILL a process of the stack by its pid file (a crash: no clean-up) and wait until it is gone."""
+    pid = pid_of(env, name)
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            break
+        if any(line.startswith("State:") and "Z" in line for line in status.splitlines()):
+            break
+        time.sleep(0.05)
+    return pid
+
+
+def stop_server(env: dict, server: str) -> None:
+    """Stop one infrastructure server cleanly (scripts/stack.sh stop: nats|redis|postgres|slurmctld)."""
+    stack(env, "stop", server)
+
+
+def restore(env: dict) -> None:
+    """Start whatever part of the stack is not running (infrastructure, then services)."""
+    stack(env, "infra-up")
+    stack(env, "services-up")
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+def submit(env: dict, **job_env: str) -> str:
+    """A flaky-train job whose first attempt segfaults and whose second completes."""
+    job_env.setdefault("STEP_SECONDS", "0.3")
+    return sbatch(env, "flaky-train.sh", "relaunch:max_attempts=2", **job_env)
+
+
+async def submit_and_wait_for_step(env: dict, step: str, timeout: float = 60, **job_env: str) -> str:
+    """Submit a job and return once the actuator's audit trail shows `step` for it (mid-recovery)."""
+    from relaunch.client.events import EventStream
+    from relaunch.common.schemas import AuditEntry
+
+    async with EventStream(env["RELAUNCH_NATS_URL"], f"relaunch.event.audit.{env['RELAUNCH_CLUSTER']}.>") as events:
+        job = submit(env, **job_env)
+        end = time.monotonic() + timeout
+        while True:
+            _, msg = await events.next(timeout=max(end - time.monotonic(), 0.1))
+            if isinstance(msg, AuditEntry) and msg.job_id == job and msg.action == step:
+                return job
+
+
+# -- checks against the sources of truth --------------------------------------------------------
+@dataclass
+class JobOutcome:
+    job_id: str
+    state: str
+    restarts: int
+    anomalies: int
+    advice: int
+    converged: int
+    advice_in_stream: bool
+
+    @property
+    def recovered(self) -> bool:
+        return self.state == "COMPLETED" and self.converged >= 1
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.restarts == 1 and self.advice == 1
+
+
+async def ledger_counts(dsn: str, cluster: str, job_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Per job: anomalies of attempt 0, Advice rows, converged Advice rows (straight from Postgres)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        out = {job: {"anomalies": 0, "advice": 0, "converged": 0} for job in job_ids}
+        for row in await conn.fetch("SELECT job_id, count(*) AS n FROM anomalies WHERE cluster=$1 AND attempt=0 "
+                                    "AND job_id = ANY($2::text[]) GROUP BY job_id", cluster, job_ids):
+            out[row["job_id"]]["anomalies"] = row["n"]
+        for row in await conn.fetch("SELECT job_id, count(*) AS n, count(*) FILTER (WHERE status='CONVERGED') AS c "
+                                    "FROM advice WHERE cluster=$1 AND job_id = ANY($2::text[]) GROUP BY job_id",
+                                    cluster, job_ids):
+            out[row["job_id"]].update(advice=row["n"], converged=row["c"])
+        return out
+    finally:
+        await conn.close()
+
+
+async def advice_in_stream(nats_url: str, cluster: str, job_ids: list[str]) -> dict[str, bool]:
+    """Whether the ADVICE stream holds an Advice for each job (the actuator's input, not the ledger's copy)."""
+    import nats
+    import nats.js.errors
+
+    from relaunch.common import subjects
+
+    from relaunch.common.natsauth import ADMIN, read_password
+
+    # The test reads the stream as the stack's admin user: no service user may read ADVICE but the actuator.
+    creds = Path(os.environ["RELAUNCH_RUN_DIR"]) / "creds" / f"{ADMIN}.pass"
+    options = {"user": ADMIN, "password": read_password(creds)} if creds.exists() else {}
+    nc = await nats.connect(nats_url, connect_timeout=3, allow_reconnect=False, **options)
+    try:
+        js = nc.jetstream()
+        found = {}
+        for job in job_ids:
+            try:
+                await js.get_last_msg(subjects.ADVICE.name, subjects.advice(cluster, job))
+                found[job] = True
+            except nats.js.errors.NotFoundError:
+                found[job] = False
+        return found
+    finally:
+        await nc.close()
+
+
+async def outcomes(env: dict, job_ids: list[str]) -> list[JobOutcome]:
+    counts = await ledger_counts(env["RELAUNCH_DATABASE_URL"], env["RELAUNCH_CLUSTER"], job_ids)
+    streamed = await advice_in_stream(env["RELAUNCH_NATS_URL"], env["RELAUNCH_CLUSTER"], job_ids)
+    result = []
+    for job in job_ids:
+        fields = job_fields(job)
+        c = counts[job]
+        result.append(JobOutcome(job, fields["JobState"], int(fields["Restarts"]), c["anomalies"], c["advice"],
+                                 c["converged"], streamed[job]))
+    return result
+
+
+async def wait_converged(env: dict, job_ids: list[str], timeout: float) -> list[JobOutcome]:
+    """Poll until every job completed with a converged Advice (or the timeout); returns the last view."""
+    import asyncio
+
+    import nats.errors
+
+    end = time.monotonic() + timeout
+    pending = list(job_ids)
+    while pending and time.monotonic() < end:  # cheap first: Slurm's view
+        try:
+            pending = [j for j in pending if job_fields(j)["JobState"] != "COMPLETED"]
+        except subprocess.CalledProcessError:  # slurmctld still coming back
+            pass
+        await asyncio.sleep(0.5)
+    while True:
+        try:
+            seen = await outcomes(env, job_ids)
+        except (OSError, ConnectionError, nats.errors.Error, subprocess.CalledProcessError) as exc:  # coming back
+            if time.monotonic() > end:
+                raise AssertionError(f"stack not reachable: {exc}") from exc
+            await asyncio.sleep(1)
+            continue
+        if all(o.recovered for o in seen) or time.monotonic() > end:
+            return seen
+        await asyncio.sleep(1)
+
+
+# -- results ----------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    """One row of docs/reliability.md."""
+
+    name: str
+    fault: str
+    trials: int = 0
+    """How many times the fault was injected."""
+    recoveries: int = 0
+    """Recoveries (jobs) that went through it and completed with a converged Advice."""
+    jobs: int = 0
+    exactly_once: int = 0
+    """Jobs restarted exactly once (Slurm Restarts == 1 and one Advice)."""
+    lost_advice: int = 0
+    """Jobs with an anomaly but no Advice in the ledger or in the ADVICE stream."""
+    lost_anomalies: int = 0
+    """Jobs that failed but have no anomaly in the ledger."""
+    seconds: float = 0.0
+    seed: int | None = None
+    notes: list[str] = field(default_factory=list)
+    jobs_detail: list[dict] = field(default_factory=list)
+    at: str = ""
+
+    def add_jobs(self, seen: list[JobOutcome]) -> None:
+        self.jobs += len(seen)
+        self.recoveries += sum(o.recovered for o in seen)
+        self.exactly_once += sum(o.exactly_once for o in seen)
+        self.lost_anomalies += sum(o.anomalies == 0 for o in seen)
+        self.lost_advice += sum(o.anomalies > 0 and (o.advice == 0 or not o.advice_in_stream) for o in seen)
+        self.jobs_detail += [{**asdict(o), "recovered": o.recovered, "exactly_once": o.exactly_once} for o in seen]
+
+    @property
+    def clean(self) -> bool:
+        return (self.jobs > 0 and self.recoveries == self.jobs == self.exactly_once
+                and self.lost_advice == 0 and self.lost_anomalies == 0)
+
+    def write(self) -> Path:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self.at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        path = RESULTS / f"{self.name}.json"
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        return path
+
+    def assert_clean(self) -> None:
+        bad = [d for d in self.jobs_detail if not (d["recovered"] and d["exactly_once"])
+               or d["anomalies"] == 0 or not d["advice_in_stream"]]
+        assert self.clean, f"{self.fault}: {self.recoveries}/{self.jobs} recovered, {self.exactly_once} exactly " \
+                           f"once, lost advice {self.lost_advice}, lost anomalies {self.lost_anomalies}: {bad}"
+
+
+def render(results: list[dict]) -> str:
+    lines = [
+        "# Reliability: what was tried and what was lost",
+        "",
+        "Generated by `make reliability` from the results the tests in `tests/reliability` write to",
+        "`test-artifacts/reliability/*.json`; do not edit by hand. Every fault runs against the real stack",
+        "(NATS JetStream, Postgres, Redis, a 4-node Slurm cluster and every relaunch service). A recovery counts",
+        "only when Slurm says the job completed after exactly one restart (`Restarts=1` in `scontrol show job`),",
+        "the ledger holds its anomaly and exactly one converged Advice, and the ADVICE stream holds that Advice.",
+        "",
+        "| fault | trials | recoveries | restarted exactly once | lost Advice | lost anomalies | time |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(results, key=lambda r: r["name"]):
+        seed = f" (seed {r['seed']})" if r.get("seed") is not None else ""
+        lines.append(f"| {r['fault']}{seed} | {r['trials']} | {r['recoveries']}/{r['jobs']} | "
+                     f"{r['exactly_once']}/{r['jobs']} | {r['lost_advice']} | {r['lost_anomalies']} | "
+                     f"{r['seconds']:.0f} s |")
+    total = sum(r["jobs"] for r in results)
+    lost = sum(r["lost_advice"] + r["lost_anomalies"] for r in results)
+    once = sum(r["exactly_once"] for r in results)
+    lines += ["", f"In all: {total} recoveries under faults, {once} restarted exactly once, {lost} lost."]
+    notes = [(r["fault"], n) for r in sorted(results, key=lambda r: r["name"]) for n in r.get("notes", [])]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {fault}: {note}" for fault, note in notes]
+    runs = sorted(r.get("at", "") for r in results)
+    if runs:
+        lines += ["", f"Last run: {runs[-1]}."]
+    return "\n".join(lines) + "\n"
+
+
+def report() -> int:
+    files = sorted(RESULTS.glob("*.json"))
+    if not files:
+        print(f"no results in {RESULTS}: run make reliability", file=sys.stderr)
+        return 1
+    results = []
+    for f in files:
+        data = json.loads(f.read_text())
+        if {"fault", "trials", "jobs"} <= set(data):
+            results.append(data)
+    DOC.write_text(render(results))
+    print(f"wrote {DOC} from {len(results)} result files")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["report"]:
+        raise SystemExit("usage: faults.py report")
+    raise SystemExit(report())

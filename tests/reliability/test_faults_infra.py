@@ -1,0 +1,139 @@
+"""Infrastructure faults in the middle of recoveries, on the real stack: NATS restarted, Postgres down
+for 30 s, Redis flushed and restarted, slurmctld restarted. Each ends with the same question: did every
+recovery end exactly once (Slurm's Restarts counter, the ledger, the ADVICE stream), and was anything lost?
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+import urllib.request
+
+import pytest
+import redis
+from faults import (
+    Result, restore, sbatch, sigkill, stop_server, submit, submit_and_wait_for_step, wait_converged,
+)
+from slurmjobs import job_fields, ledger, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.reliability]
+
+
+def consumed(env: dict, port_offset: int, consumer: str, outcome: str) -> float:
+    """relaunch_messages_consumed_total for one consumer and outcome, from a service's /metrics."""
+    url = f"http://127.0.0.1:{int(env['RELAUNCH_PORT_BASE']) + port_offset}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("relaunch_messages_consumed_total{") and f'consumer="{consumer}"' in line \
+                and f'outcome="{outcome}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+DECIDER_HEALTH = 92  # scripts/stack.sh: HEALTH_DECIDER = PORT_BASE + 92
+
+
+@pytest.mark.parametrize("step", ["requeuehold", "release"])
+async def test_nats_restarted_mid_recovery_completes_exactly_once(services, step):
+    result = Result(f"faults_nats_restart_{step}",
+                    f"NATS server killed and restarted after `{step}` (JetStream store on disk kept)")
+    started = time.monotonic()
+    try:
+        job = await submit_and_wait_for_step(services, step, STEP_SECONDS="0.5")
+        sigkill(services, "nats")
+        await asyncio.sleep(2)  # every service sees the connection drop and keeps reconnecting
+        restore(services)
+        result.trials = 1
+        seen = await wait_converged(services, [job], timeout=90)
+        result.add_jobs(seen)
+    finally:
+        restore(services)
+        result.seconds = time.monotonic() - started
+        result.write()
+    result.assert_clean()
+
+
+async def test_slurmctld_restarted_during_a_reconcile_converges_exactly_once(services):
+    result = Result("faults_slurmctld_restart", "slurmctld stopped for 3 s and restarted after `requeuehold`")
+    started = time.monotonic()
+    try:
+        job = await submit_and_wait_for_step(services, "requeuehold", STEP_SECONDS="0.5")
+        stop_server(services, "slurmctld")  # the actuator's next Slurm command fails: it must look again
+        await asyncio.sleep(3)
+        restore(services)
+        result.trials = 1
+        seen = await wait_converged(services, [job], timeout=90)
+        result.add_jobs(seen)
+    finally:
+        restore(services)
+        result.seconds = time.monotonic() - started
+        result.write()
+    result.assert_clean()
+
+
+async def test_postgres_down_30s_decider_backs_off_and_issues_the_advice_after(services):
+    result = Result("faults_postgres_down", "Postgres down for 30 s while a job fails")
+    started = time.monotonic()
+    decider_pid = open(f"{services['RELAUNCH_RUN_DIR']}/pids/decider.pid").read().strip()
+    naks_before = consumed(services, DECIDER_HEALTH, "decider-anomalies", "nak")
+    try:
+        stop_server(services, "postgres")
+        down_at = time.monotonic()
+        job = submit(services, STEP_SECONDS="0.3")
+        wait_until("the job to fail", lambda: job_fields(job)["JobState"] == "FAILED", timeout=30)
+        await asyncio.sleep(max(0.0, 30 - (time.monotonic() - down_at)))
+        # Nothing can be decided without the ledger: no Advice, no restart, while it is down.
+        assert job_fields(job)["Restarts"] == "0" and job_fields(job)["JobState"] == "FAILED"
+        naks = consumed(services, DECIDER_HEALTH, "decider-anomalies", "nak") - naks_before
+        result.trials = 1
+        result.notes.append(f"the decider nak'd anomalies {naks:.0f} times in 30 s (nak with a 2 s delay, no hot loop), and issued the Advice after Postgres returned")
+        restore(services)
+        up_at = dt.datetime.now(dt.UTC)
+        seen = await wait_converged(services, [job], timeout=60)
+        result.add_jobs(seen)
+    finally:
+        restore(services)
+        result.seconds = time.monotonic() - started
+        result.write()
+    result.assert_clean()
+    # nak(delay=2 s) gives ~15 redeliveries of the anomaly in 30 s; a hot loop would give hundreds.
+    assert 1 <= naks <= 40, f"{naks} naks in 30 s: the decider should back off with a delay, not spin"
+    assert open(f"{services['RELAUNCH_RUN_DIR']}/pids/decider.pid").read().strip() == decider_pid, \
+        "the decider was restarted: it should have ridden out the outage"
+    (advice,) = ledger(job)["advice"]
+    issued = dt.datetime.fromisoformat(advice["issued_at"])
+    assert issued >= up_at - dt.timedelta(seconds=2), f"Advice issued at {issued}, Postgres back at {up_at}"
+
+
+async def test_redis_flushed_and_restarted_hang_and_crash_still_detected(services):
+    result = Result("faults_redis_flush", "Redis flushed and restarted while jobs run (a hang and a crash follow)")
+    started = time.monotonic()
+    env = services
+    try:
+        # The hang job prints 8 iterations a second apart, then stops; the crash job segfaults after ~6 s.
+        hang = sbatch(env, "megatron-like.sh", "relaunch:max_attempts=2", STEPS="14", STEP_SECONDS="1",
+                      HANG_AFTER="9")
+        crash = submit(env, STEP_SECONDS="2")
+        r = redis.Redis.from_url(env["RELAUNCH_REDIS_URL"], decode_responses=True)
+        follow = f"rl:follow:{env['RELAUNCH_CLUSTER']}"
+        wait_until("the detector to follow both jobs and see the hang job's progress",
+                   lambda: {hang, crash} <= r.smembers(follow) and r.exists(f"rl:prog:{env['RELAUNCH_CLUSTER']}:{hang}"),
+                   timeout=30)
+        r.flushall()
+        r.close()
+        sigkill(env, "redis")  # started with --save '': it comes back empty
+        restore(env)
+        result.trials = 1
+        seen = await wait_converged(env, [hang, crash], timeout=90)
+        result.add_jobs(seen)
+        kinds = {job: [a["signature_id"] for a in ledger(job)["anomalies"]] for job in (hang, crash)}
+        result.notes.append(f"detected after the flush: {kinds[hang]} (hang job), {kinds[crash]} (crash job)")
+    finally:
+        restore(env)
+        result.seconds = time.monotonic() - started
+        result.write()
+    result.assert_clean()
+    assert ledger(hang)["anomalies"][0]["kind"] == "hang", kinds
+    assert kinds[crash] == ["segfault"], f"the crash should be explained by its log line, not just by Slurm: {kinds}"
