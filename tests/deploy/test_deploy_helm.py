@@ -259,12 +259,14 @@ def test_services_have_probes_on_healthz_at_their_health_port(rendered, value_se
         env = env_of(container)
         for kind in ("readinessProbe", "livenessProbe"):
             probe = container[kind]
-            if "httpGet" in probe:  # the API, listening on the pod's address
+            if name.endswith("-api"):  # the API, listening on the pod's address
                 assert probe["httpGet"]["path"] == "/healthz" and probe["httpGet"]["port"] == "http", name
                 assert env["RELAUNCH_API_HOST"]["value"] == "0.0.0.0"
-            else:  # the others serve /healthz on 127.0.0.1 only: the check runs in the container
+            else:  # the others serve /healthz and /metrics on the pod's address, port "metrics"
                 port = next(e["value"] for n, e in env.items() if n.endswith("_HEALTH_PORT"))
-                assert f"http://127.0.0.1:{port}/healthz" in probe["exec"]["command"][-1], name
+                assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}, name
+                assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in container["ports"], name
+                assert env["RELAUNCH_HEALTH_HOST"]["value"] == "0.0.0.0", name
         assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], name
 
 
@@ -383,6 +385,24 @@ def test_service_monitor_scrapes_the_api_service(rendered, value_set):
     if value_set == "service-monitor":
         assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert not find(rendered["defaults"], "ServiceMonitor")
+
+
+@pytest.mark.parametrize("value_set", ["service-monitor", "everything"])
+def test_pod_monitor_scrapes_every_service_pod_on_its_metrics_port(rendered, value_set):
+    objects = rendered[value_set]
+    monitor = one(objects, "PodMonitor", "relaunch-services")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    components = {e["key"]: e["values"] for e in monitor["spec"]["selector"]["matchExpressions"]}
+    selected = []
+    for name, spec in pod_specs(objects):
+        labels = next(o for o in objects if o["metadata"]["name"] == name)["spec"]["template"]["metadata"]["labels"]
+        if labels.get("app.kubernetes.io/component") in components["app.kubernetes.io/component"]:
+            assert labels["app.kubernetes.io/instance"] in components["app.kubernetes.io/instance"]
+            assert any(p["name"] == "metrics" for p in spec["containers"][0]["ports"]), name
+            selected.append(name)
+    assert len(selected) == (4 if find(objects, "DaemonSet") else 3), selected
+    assert not find(rendered["defaults"], "PodMonitor")
 
 
 def test_chart_declares_nats_as_an_optional_dependency_and_does_not_vendor_it():

@@ -26,6 +26,19 @@ def test_a_job_that_stops_printing_iterations_is_restarted_as_hung(services):
     assert job_fields(job)["Restarts"] == "1"
 
 
+def test_a_hung_job_out_of_attempts_is_cancelled_not_left_holding_its_nodes(services):
+    job = sbatch(services, "megatron-like.sh", "relaunch:max_attempts=1", STEPS="8", STEP_SECONDS="1",
+                 HANG_AFTER="4")
+    record = wait_until("the hung job to be cancelled",
+                        lambda: (r := ledger(job)) and r["advice"] and r["advice"][0]["status"] == "CONVERGED" and r,
+                        timeout=60)
+    (advice,) = record["advice"]
+    assert advice["operation"] == "terminate" and "max_attempts=1" in advice["reason"], advice
+    assert "cancelled to release its nodes" in advice["reason"]
+    wait_until("Slurm to end the job", lambda: job_fields(job)["JobState"] == "CANCELLED", timeout=30)
+    assert job_fields(job)["Restarts"] == "0", "cancelled, never restarted"
+
+
 def test_a_throughput_drop_is_a_straggler_restarted_only_when_opted_in(services):
     common = dict(STEPS="40", STEP_SECONDS="0.1", SLOW_AFTER="20", SLOW_PERCENT="60", TAIL_SECONDS="5")  # under the 10 s hang floor
     opted = sbatch(services, "megatron-like.sh", "relaunch:max_attempts=2,straggler=on", **common)

@@ -79,3 +79,54 @@ async def test_new_attempt_starts_fresh_and_a_drop_is_a_straggler(replicas):
     assert data["attempt"] == 1 and data["straggler"] == stragglers.StragglerState().to_dict()
     await a.on_attempt("9", 1, running=False, finished=True)
     assert await state.progress(cluster, "9") is None
+
+
+async def test_a_detector_behind_on_progress_declares_no_hang_it_cannot_see(replicas):
+    """Silence is judged only up to what has been read: with the deadline passed by the clock but not
+    by the horizon (progress still unread), no hang; once the horizon passes the deadline, the hang."""
+    cluster, ((bus, state, a), _) = replicas
+    await state.track(cluster, "10", {"attempt": "0", "nodes": '["node3"]'})
+    for it in range(1, 9):
+        await a.on_batch(LogBatch(cluster=cluster, job_id="10", attempt=0, path="/x", offset=it * 100,
+                                  lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
+    last = T0 + dt.timedelta(seconds=8)
+    await a.sweep_once(last + dt.timedelta(seconds=60), horizon=last + dt.timedelta(seconds=2))
+    assert await anomalies(bus, cluster, "10") == [], "read only 2 s past the last step: not a hang yet"
+    await a.sweep_once(last + dt.timedelta(seconds=60), horizon=last + dt.timedelta(seconds=30))
+    (hang,) = await anomalies(bus, cluster, "10")
+    assert hang.kind == "hang" and hang.last_step == 8
+
+
+async def test_handled_until_is_the_first_unread_message_then_now(test_stack, unique):
+    import time
+
+    from relaunch.common.bus import handled_until
+    from relaunch.common.schemas import ProgressReported
+
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+    try:
+        await bus.ensure_streams()
+        spec = subjects.ConsumerSpec(f"t{unique}", subjects.SIGNALS, f"relaunch.signal.progress.c{unique}.>",
+                                     ack_wait_s=30, max_deliver=3)
+        from nats.js.api import AckPolicy, ConsumerConfig
+        await bus.js.add_consumer(spec.stream.name, ConsumerConfig(
+            durable_name=spec.durable, ack_policy=AckPolicy.EXPLICIT, filter_subject=spec.filter_subject))
+        assert await handled_until(bus, spec, 1e12) == 1e12, "nothing pending: up to now"
+        before = time.time()
+        for step in range(3):
+            await bus.publish(subjects.signal_progress(f"c{unique}", "1"), ProgressReported(
+                cluster=f"c{unique}", job_id="1", step=step, at=dt.datetime.now(dt.UTC)))
+        after = time.time()
+        now = after + 100
+        until = await handled_until(bus, spec, now)
+        assert before - 1 <= until <= after + 1, "three unread: up to the first one's publish time"
+        sub = await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
+        msgs = await sub.fetch(3, timeout=5)
+        for msg in msgs[:1]:
+            await msg.ack_sync()
+        assert before - 1 <= await handled_until(bus, spec, now) <= after + 1
+        for msg in msgs[1:]:
+            await msg.ack_sync()
+        assert await handled_until(bus, spec, now) == now, "all read: up to now"
+    finally:
+        await bus.close()

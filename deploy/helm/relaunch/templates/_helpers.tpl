@@ -117,6 +117,8 @@ imagePullPolicy: {{ .Values.image.pullPolicy }}
   value: {{ .Values.logLevel | quote }}
 - name: PYTHONUNBUFFERED
   value: "1"
+- name: RELAUNCH_HEALTH_HOST
+  value: "0.0.0.0"
 {{ include "relaunch.natsEnv" . | trim }}
 {{- end }}
 
@@ -170,17 +172,23 @@ securityContext:
   {{- toYaml .Values.containerSecurityContext | nindent 2 }}
 {{- end }}
 
-{{/* Probes on /healthz of a service whose health endpoint listens on the pod's 127.0.0.1: the
-check runs inside the container. urlopen raises on 503, so an unhealthy service fails it. */}}
-{{- define "relaunch.execProbes" -}}
-{{- $cmd := list "python" "-c" (printf "import urllib.request; urllib.request.urlopen('http://127.0.0.1:%d/healthz', timeout=4)" (int .port)) }}
+{{/* /healthz and /metrics of a service: it listens on the pod's address (RELAUNCH_HEALTH_HOST=0.0.0.0,
+set in commonEnv) on a port named "metrics", which the probes and the PodMonitor use. /healthz answers
+503 while a dependency is down, so an unhealthy service fails the probe. */}}
+{{- define "relaunch.healthProbes" -}}
+ports:
+  - name: metrics
+    containerPort: {{ int .port }}
+    protocol: TCP
 readinessProbe:
-  exec:
-    command: {{ toJson $cmd }}
+  httpGet:
+    path: /healthz
+    port: metrics
   {{- toYaml .ctx.Values.probes.readiness | nindent 2 }}
 livenessProbe:
-  exec:
-    command: {{ toJson $cmd }}
+  httpGet:
+    path: /healthz
+    port: metrics
   {{- toYaml .ctx.Values.probes.liveness | nindent 2 }}
 {{- end }}
 

@@ -294,6 +294,29 @@ async def consume_batch(
                 CONSUMED.labels(bus.service, spec.durable, outcome).inc()
 
 
+async def handled_until(bus: Bus, spec: subjects.ConsumerSpec, now: float) -> float:
+    """Epoch seconds before which every message on `spec`'s durable has been handled (acked):
+    `now` when nothing is pending, else the publish time of the first message after the ack floor
+    (a message of another subject in the same stream may come first: that only makes it earlier).
+
+    A judgement about silence (a hang) is sound only up to this time: a detector that is behind must
+    not take progress it has not read yet for no progress. Raises TemporaryError when NATS cannot say.
+    """
+    try:
+        info = await bus.js.consumer_info(spec.stream.name, spec.durable)
+        if not info.num_pending and not info.num_ack_pending:
+            return now
+        first = await bus.js.get_msg(spec.stream.name, seq=(info.ack_floor.stream_seq or 0) + 1, next=True)
+    except nats.js.errors.NotFoundError:
+        return now  # no such consumer yet, or nothing after the floor any more
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"cannot read {spec.durable}'s position: {exc}") from exc
+    stamp = first.time
+    if stamp is None:
+        return now
+    return min(now, stamp.timestamp())
+
+
 async def _bind(bus: Bus, spec: subjects.ConsumerSpec, stop: asyncio.Event):
     """The pull subscription on `spec`'s durable, created or updated first; None when stopped meanwhile."""
     config = ConsumerConfig(

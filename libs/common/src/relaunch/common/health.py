@@ -1,4 +1,4 @@
-"""A tiny /healthz and /metrics endpoint for every service, on 127.0.0.1.
+"""A tiny /healthz and /metrics endpoint for every service, on RELAUNCH_HEALTH_HOST (127.0.0.1).
 
 Kept dependency-free (asyncio streams) so that thin services do not pull in a web framework.
 """

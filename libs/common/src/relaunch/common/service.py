@@ -27,13 +27,14 @@ async def run_service(
     checks: dict[str, Check],
     tasks: Callable[[asyncio.Event], list[Awaitable[None]]],
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    health_host: str = "127.0.0.1",
 ) -> None:
     """Run `tasks(stop)` until SIGTERM/SIGINT or until one of them fails (then exit non-zero)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    health = HealthServer(service, checks, port=health_port)
+    health = HealthServer(service, checks, host=health_host, port=health_port)
     await health.start()
     running = [asyncio.ensure_future(t) for t in tasks(stop)]
     stopper = asyncio.ensure_future(stop.wait())

@@ -40,6 +40,9 @@ class CommonSettings(BaseSettings):
     """Client certificate (PEM) for a NATS server that verifies clients (mutual TLS); needs nats_tls_key."""
     nats_tls_key: str = ""
     """Private key (PEM) of nats_tls_cert."""
+    health_host: str = "127.0.0.1"
+    """Address the /healthz and /metrics endpoint of every service listens on. Loopback by default;
+    0.0.0.0 in a pod or container so that probes and Prometheus reach it over the network."""
     trace_file: str = ""
     """File to append one JSON line per finished span to; `{service}` in it becomes the service's name
     (e.g. /var/log/relaunch/{service}.spans.jsonl). Empty: no span file."""
@@ -51,7 +54,7 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
     health_port: int = 0
-    """Port of the /healthz and /metrics endpoint on 127.0.0.1; 0 picks a free one."""
+    """Port of the /healthz and /metrics endpoint (on RELAUNCH_HEALTH_HOST); 0 picks a free one."""
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -53,7 +53,8 @@ async def amain() -> None:
         await bus.close()
         await limit.close()
 
-    await run_service("actuator", settings.health_port, {"nats": lambda: bus.connected}, tasks, on_stop)
+    await run_service("actuator", settings.health_port, {"nats": lambda: bus.connected}, tasks, on_stop,
+                      health_host=common.health_host)
 
 
 def main() -> None:

@@ -95,7 +95,8 @@ async def amain() -> None:
     watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
     log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)
     await run_service("watchdog", settings.health_port, {"nats": lambda: bus.connected},
-                      lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close)
+                      lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close,
+                      health_host=common.health_host)
 
 
 def main() -> None:

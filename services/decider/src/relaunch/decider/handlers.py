@@ -97,17 +97,20 @@ class Decider:
                          decision.kind, decision.reason)
                 return
             assert decision.expires_at is not None
+            operation = "terminate" if decision.kind == "terminate" else "restart"
+            if operation == "terminate":
+                await tx.set_verdict("stopped", decision.reason)
             advice = Advice(
                 cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
-                generation=decision.generation, operation="restart", exclude_nodes=list(decision.exclude_nodes),
+                generation=decision.generation, operation=operation, exclude_nodes=list(decision.exclude_nodes),
                 reason=decision.reason[:4000], evidence_refs=refs,
                 policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
             )
             msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
             await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id, decision.fault_class)
-            await tx.audit("restart", {**detail, "generation": advice.generation}, key, now)
-            log.info("job %s/%s attempt %d: restart, advice generation %d", anomaly.cluster, anomaly.job_id,
-                     anomaly.attempt, advice.generation)
+            await tx.audit(operation, {**detail, "generation": advice.generation}, key, now)
+            log.info("job %s/%s attempt %d: %s, advice generation %d", anomaly.cluster, anomaly.job_id,
+                     anomaly.attempt, operation, advice.generation)
         ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
         self.outbox.kick()
 

@@ -63,7 +63,8 @@ async def amain() -> None:
         await ledger.close()
 
     await run_service("decider", settings.health_port,
-                      {"nats": lambda: bus.connected, "postgres": lambda: db_ok["value"]}, tasks, on_stop)
+                      {"nats": lambda: bus.connected, "postgres": lambda: db_ok["value"]}, tasks, on_stop,
+                      health_host=common.health_host)
 
 
 def main() -> None:

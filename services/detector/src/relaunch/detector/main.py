@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume, consume_batch
+from relaunch.common.bus import Bus, consume, consume_batch, handled_until
 from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
@@ -28,11 +28,16 @@ async def amain() -> None:
     catalogue = load_catalogue(settings.extra_signatures)
     bus = await Bus.connect(common.nats_url, "detector")
     state = HotState(common.redis_url)
+    async def progress_read_until(now: float) -> float:
+        # Progress arrives as progress signals and as log lines: silence is judged up to what both say.
+        return min(await handled_until(bus, subjects.DETECTOR_PROGRESS, now),
+                   await handled_until(bus, subjects.DETECTOR_LOGS, now))
+
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes)
     tracker = ProgressTracker(bus, state, common.cluster,
                               hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
-                              sweep_s=settings.hang_sweep_s)
+                              sweep_s=settings.hang_sweep_s, handled_until=progress_read_until)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis_ok = {"value": True}
@@ -59,7 +64,8 @@ async def amain() -> None:
         await state.close()
 
     await run_service("detector", settings.health_port,
-                      {"nats": lambda: bus.connected, "redis": lambda: redis_ok["value"]}, tasks, on_stop)
+                      {"nats": lambda: bus.connected, "redis": lambda: redis_ok["value"]}, tasks, on_stop,
+                      health_host=common.health_host)
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import logging
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
@@ -72,10 +72,14 @@ class CrashFirst:
 
 class ProgressTracker:
     def __init__(self, bus: Bus, state: HotState, cluster: str, hang_policy: hangs.HangPolicy,
-                 straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0) -> None:
+                 straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0,
+                 handled_until: Callable[[float], Awaitable[float]] | None = None) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
         self.gate = CrashFirst()
+        # now (epoch s) -> the time up to which every progress signal has been read (bus.handled_until);
+        # None: assume no backlog (tests that feed the tracker directly).
+        self.handled_until = handled_until
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
@@ -176,7 +180,11 @@ class ProgressTracker:
     async def sweep(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await self.sweep_once(utcnow())
+                now = utcnow()
+                horizon = None
+                if self.handled_until is not None:
+                    horizon = dt.datetime.fromtimestamp(await self.handled_until(now.timestamp()), dt.UTC)
+                await self.sweep_once(now, horizon)
             except TemporaryError as exc:
                 log.warning("hang sweep: %s", exc)
             try:
@@ -184,8 +192,15 @@ class ProgressTracker:
             except TimeoutError:
                 pass
 
-    async def sweep_once(self, now: dt.datetime) -> None:
-        for job_id in await self.state.due_hangs(self.cluster, now.timestamp()):
+    async def sweep_once(self, now: dt.datetime, horizon: dt.datetime | None = None) -> None:
+        """Declare the hangs due by `horizon` (default `now`): the time up to which every progress
+        signal has been read. A detector that is behind judges silence only as far as it has read,
+        so a backlog never turns healthy jobs into hangs."""
+        horizon = min(now, horizon) if horizon is not None else now
+        if horizon < now - dt.timedelta(seconds=5):
+            log.info("hang sweep: progress read up to %.1f s ago; judging silence only up to then",
+                     (now - horizon).total_seconds())
+        for job_id in await self.state.due_hangs(self.cluster, horizon.timestamp()):
             if not await self.state.claim_hang(self.cluster, job_id):
                 continue  # another replica took it
             data = await self.state.progress(self.cluster, job_id)
@@ -194,7 +209,7 @@ class ProgressTracker:
             info = await self.state.job(self.cluster, job_id)
             policy = self._hang_policy(info)
             hang_state = hangs.HangState.from_dict(data["hang"])
-            found = hangs.verdict(hang_state, policy, now)
+            found = hangs.verdict(hang_state, policy, horizon)
             if found is None:  # progress moved the deadline meanwhile: arm it again
                 await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang_state, policy))
                 continue

@@ -67,7 +67,8 @@ async def amain(node_arg: str | None) -> None:
         backend.close()
 
     await run_service(f"gpu-probe-{node}", settings.health_port,
-                      {"nats": lambda: bus.connected, "sampling": probe.sampling_ok}, probe.tasks, on_stop)
+                      {"nats": lambda: bus.connected, "sampling": probe.sampling_ok}, probe.tasks, on_stop,
+                      health_host=common.health_host)
 
 
 def main() -> None:

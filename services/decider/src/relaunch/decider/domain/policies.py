@@ -49,6 +49,7 @@ _POLICY_KEYS: dict[str, tuple[str, int, int, str]] = {
     "restart_on_time_limit": ("bool", 0, 1, "restart_on_time_limit"),
     "restart_on_preemption": ("bool", 0, 1, "restart_on_preemption"),
     "stop_without_progress": ("bool", 0, 1, "stop_without_progress"),
+    "terminate_hung": ("bool", 0, 1, "terminate_hung"),
     "straggler": ("straggler", 0, 0, ""),
     "ib_pair": ("ib_pair", 0, 0, "ib_pair"),
 }

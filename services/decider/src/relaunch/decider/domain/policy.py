@@ -16,6 +16,8 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
                          time limits and preemptions, which are the scheduler's doing)
   no_progress            the step reached did not pass the best step of the attempts before it (not
                          for a preemption: the attempt may not have had the time)
+  (a rule that stops a hung job, which still holds its nodes, cancels it with a terminate Advice
+   unless the policy says terminate_hung = false)
   within_budget          restart, leaving out the nodes attribution blames (capped by max_exclude, and
                          never so many that the job no longer fits its partition: exclusions.py)
 
@@ -94,6 +96,9 @@ class Policy:
     """The job's hang_timeout=S: seconds without progress before a hang, at least (0: calibrated by the detector)."""
     hang_timeout_cap: int = 0
     """The longest hang_timeout a job may ask for (0: no cap): how long a hung job may hold its GPUs."""
+    terminate_hung: bool = True
+    """A hung job (still RUNNING, holding its nodes) that a rule stops is cancelled with a terminate
+    Advice; false: it is left to run into its time limit."""
     ib_pair: str = "both"
     """An InfiniBand completion error names two hosts: "both" suspects both ends, "one" the end with
     other evidence (else the peer, the far end)."""
@@ -111,7 +116,7 @@ class Policy:
             "stop_without_progress": self.stop_without_progress,
             "restart_on_time_limit": self.restart_on_time_limit,
             "restart_on_preemption": self.restart_on_preemption, "hang_timeout": self.hang_timeout,
-            "ib_pair": self.ib_pair,
+            "ib_pair": self.ib_pair, "terminate_hung": self.terminate_hung,
         }
         out.update({f"budget_{f.name}": getattr(self.budgets, f.name) for f in fields(self.budgets)})
         return out
@@ -119,11 +124,11 @@ class Policy:
 
 @dataclass(frozen=True)
 class Decision:
-    kind: Literal["restart", "stop", "observe", "report", "join", "none"]
+    kind: Literal["restart", "terminate", "stop", "observe", "report", "join", "none"]
     rule: str
     reason: str
     generation: int = 0
-    """restart: the new Advice's generation; join: the generation of the open Advice joined."""
+    """restart, terminate: the new Advice's generation; join: the generation of the open Advice joined."""
     exclude_nodes: tuple[str, ...] = ()
     expires_at: dt.datetime | None = None
     fault_class: str = "unknown"
@@ -139,7 +144,14 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     klass = fault_class(anomaly)
 
     def stop(rule: str, reason: str) -> Decision:
-        return Decision("report" if anomaly.kind == "straggler" else "stop", rule, reason, fault_class=klass)
+        if anomaly.kind == "straggler":
+            return Decision("report", rule, reason, fault_class=klass)
+        if anomaly.kind == "hang" and policy.terminate_hung and rule != "user_cancelled":
+            # Still running and holding its nodes: not restarted, but not left hung until its time limit.
+            return Decision("terminate", rule, f"{reason}; the job is hung, so it is cancelled to release its "
+                            f"nodes (policy {policy.name!r}: terminate_hung)",
+                            generation=history.last_generation + 1, expires_at=now + ADVICE_TTL, fault_class=klass)
+        return Decision("stop", rule, reason, fault_class=klass)
 
     if attempt in history.decided_attempts:
         joined = history.open_restart(attempt, now)
