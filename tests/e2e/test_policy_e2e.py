@@ -3,7 +3,9 @@ NCCL network error that names a host restarts the job without that host."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 from slurmjobs import job_fields, ledger, sbatch, wait_until
@@ -11,6 +13,7 @@ from slurmjobs import job_fields, ledger, sbatch, wait_until
 from relaunch.actuator.domain.hostlists import expand
 
 pytestmark = pytest.mark.e2e
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def test_module_not_found_is_not_restarted_and_the_ledger_says_why(services):
@@ -39,6 +42,8 @@ def test_a_nccl_error_naming_a_host_restarts_without_that_host(services):
     (advice,) = record["advice"]
     assert record["anomalies"][0]["signature_id"] == "nccl_ib_error"
     assert peer in advice["exclude_nodes"], advice
+    ARTIFACTS.mkdir(exist_ok=True)  # an example Advice from a real run, as `relaunch jobs show --json` gives it
+    (ARTIFACTS / "advice-nccl-host.json").write_text(json.dumps(advice, indent=1, default=str) + "\n")
     final = wait_until("the second attempt to complete",
                        lambda: (f := job_fields(job))["JobState"] == "COMPLETED" and f, timeout=60)
     assert final["Restarts"] == "1" and peer not in expand(final["NodeList"])

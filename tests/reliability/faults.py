@@ -122,6 +122,21 @@ async def ledger_counts(dsn: str, cluster: str, job_ids: list[str]) -> dict[str,
         await conn.close()
 
 
+async def awaiting_ack(nats_url: str, stream: str, durable: str) -> int:
+    """Messages a durable consumer has delivered and not yet had acked (those being retried included)."""
+    import nats
+
+    from relaunch.common.natsauth import ADMIN, read_password
+
+    creds = Path(os.environ["RELAUNCH_RUN_DIR"]) / "creds" / f"{ADMIN}.pass"
+    options = {"user": ADMIN, "password": read_password(creds)} if creds.exists() else {}
+    nc = await nats.connect(nats_url, connect_timeout=3, allow_reconnect=False, **options)
+    try:
+        return (await nc.jetstream().consumer_info(stream, durable)).num_ack_pending
+    finally:
+        await nc.close()
+
+
 async def advice_in_stream(nats_url: str, cluster: str, job_ids: list[str]) -> dict[str, bool]:
     """Whether the ADVICE stream holds an Advice for each job (the actuator's input, not the ledger's copy)."""
     import nats

@@ -296,8 +296,8 @@ async def consume_batch(
 
 async def handled_until(bus: Bus, spec: subjects.ConsumerSpec, now: float) -> float:
     """Epoch seconds before which every message on `spec`'s durable has been handled (acked):
-    `now` when nothing is pending, else the publish time of the first message after the ack floor
-    (a message of another subject in the same stream may come first: that only makes it earlier).
+    `now` when nothing is pending, else the publish time of the first message on the consumer's
+    subjects after its ack floor.
 
     A judgement about silence (a hang) is sound only up to this time: a detector that is behind must
     not take progress it has not read yet for no progress. Raises TemporaryError when NATS cannot say.
@@ -306,7 +306,8 @@ async def handled_until(bus: Bus, spec: subjects.ConsumerSpec, now: float) -> fl
         info = await bus.js.consumer_info(spec.stream.name, spec.durable)
         if not info.num_pending and not info.num_ack_pending:
             return now
-        first = await bus.js.get_msg(spec.stream.name, seq=(info.ack_floor.stream_seq or 0) + 1, next=True)
+        first = await bus.js.get_msg(spec.stream.name, seq=(info.ack_floor.stream_seq or 0) + 1,
+                                     subject=spec.filter_subject, next=True)
     except nats.js.errors.NotFoundError:
         return now  # no such consumer yet, or nothing after the floor any more
     except (nats.errors.Error, TimeoutError) as exc:
@@ -383,8 +384,9 @@ async def _settle(bus: Bus, spec: subjects.ConsumerSpec, msg: Msg, exc: Exceptio
     meta = msg.metadata
     dlq_id = dlq_id or f"{spec.stream.name}.{spec.durable}.{meta.sequence.stream}"
     if isinstance(exc, TemporaryError):
-        log.debug("%s: look again in %.1fs: %s", spec.durable, exc.delay, exc)
-        await msg.nak(delay=exc.delay)
+        delay = exc.delay_for(meta.num_delivered)
+        log.debug("%s: look again in %.1fs: %s", spec.durable, delay, exc)
+        await msg.nak(delay=delay)
         return "nak"
     if isinstance(exc, PermanentError):
         log.warning("%s: dead-lettering message on %s: %s", spec.durable, msg.subject, exc)

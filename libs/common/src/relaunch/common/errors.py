@@ -13,9 +13,21 @@ class RelaunchError(Exception):
 class TemporaryError(RelaunchError):
     """Retry later: the world is not ready yet (a server is down, a job is still completing)."""
 
-    def __init__(self, message: str, delay: float = 1.0) -> None:
+    def __init__(self, message: str, delay: float = 1.0, backoff: bool = False) -> None:
         super().__init__(message)
         self.delay = delay
+        self.backoff = backoff
+        """An outage of unknown length: the delay doubles with each delivery (up to MAX_BACKOFF_S)."""
+
+    def delay_for(self, delivery: int) -> float:
+        """The nak delay for the message's `delivery`-th attempt (1 = first)."""
+        if not self.backoff:
+            return self.delay
+        return min(self.delay * 2.0 ** max(delivery - 1, 0), max(self.delay, MAX_BACKOFF_S))
+
+
+MAX_BACKOFF_S = 8.0
+"""Longest nak delay of a backing-off TemporaryError: how late work resumes after an outage ends."""
 
 
 class PermanentError(RelaunchError):

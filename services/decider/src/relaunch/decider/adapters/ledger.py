@@ -112,7 +112,7 @@ class Ledger:
                                           cluster, job_id)
                 yield JobTx(conn, cluster, job_id, dict(row))
         except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
         """`policy` is the job's effective policy, resolved from its comment by the caller. Invalid
@@ -189,7 +189,7 @@ class Ledger:
                 entry.at,
             )
         except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def record_node_health(self, health: NodeHealth) -> None:
         """The latest reading per node; every non-healthy one is also kept as history."""
@@ -209,7 +209,7 @@ class Ledger:
                            VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING""",
                         health.cluster, health.node, health.verdict, reasons, xids, health.at)
         except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=2.0) from exc
+            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def unpublished(self, limit: int = 100) -> list[asyncpg.Record]:
         return await self.pool.fetch(

@@ -51,7 +51,7 @@ class HotState:
         try:
             return await coro
         except (redis_errors.RedisError, OSError) as exc:
-            raise TemporaryError(f"Redis unavailable: {exc}", delay=2.0) from exc
+            raise TemporaryError(f"Redis unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def followed(self, cluster: str) -> list[str]:
         return sorted(await self._call(self.r.smembers(f"rl:follow:{cluster}")))
