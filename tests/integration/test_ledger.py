@@ -236,6 +236,36 @@ async def test_node_history_across_jobs_reaches_attribution(ledger, unique):
     assert row["exclude_nodes"] == ["node1"] and "other jobs" in row["evidence_refs"]
 
 
+async def test_exclusions_made_on_history_alone_do_not_feed_the_history(ledger, unique):
+    """Two other jobs left node1 out only because of its history: that is no new evidence against it,
+    so a third job does not exclude it (no feedback loop); one with direct evidence still counts."""
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    history_only = ["anomaly:x", "node:node1:0.75:excluded for 2 other jobs in the last 24 h (1, 2)"]
+    for job in ("7", "8"):
+        async with ledger.job_tx(cluster, job) as tx:
+            await tx.conn.execute(
+                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+                "evidence_refs, issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',$4,now(),now())",
+                cluster, job, ["node1"], json.dumps(history_only))
+    await decider.on_job(observed(cluster, comment="relaunch:max_attempts=3"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster), DELIVERY)
+    row = await ledger.pool.fetchrow("SELECT exclude_nodes FROM advice WHERE cluster=$1 AND job_id='5'", cluster)
+    assert row["exclude_nodes"] == []
+    direct = ["node:node1:0.90:gpu-probe: failed", "node:node1:0.75:excluded for 2 other jobs"]
+    async with ledger.job_tx(cluster, "8") as tx:
+        await tx.conn.execute("UPDATE advice SET evidence_refs=$3 WHERE cluster=$1 AND job_id=$2",
+                              cluster, "8", json.dumps(direct))
+    async with ledger.job_tx(cluster, "9") as tx:
+        await tx.conn.execute(
+            "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+            "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, "9", ["node1"])
+    async with ledger.job_tx(cluster, "5") as tx:
+        history = await tx.node_history(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    assert sorted(job for job, _ in history["node1"]) == ["8", "9"], history
+
+
 async def test_an_operator_switch_to_observe_stops_advice(ledger, unique):
     await ledger.migrate()
     cluster = f"c{unique}"

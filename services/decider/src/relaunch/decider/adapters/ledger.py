@@ -310,10 +310,21 @@ class JobTx:
     async def node_history(self, nodes: list[str], since) -> dict[str, tuple[tuple[str, object], ...]]:
         """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
         `since` (attribution applies the window itself; the query only keeps the read small). The overlap
-        test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice."""
+        test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice.
+
+        An exclusion made on history alone (the node's only evidence ref is the history rule's "excluded
+        for N other jobs") does not count: otherwise a node, once over the threshold, would be excluded by
+        every later failing job and each of those exclusions would keep it there (a feedback loop)."""
         rows = await self.conn.fetch(
             """SELECT n AS node, job_id, max(issued_at) AS at FROM advice, unnest(exclude_nodes) AS n
                WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND exclude_nodes && $4 AND n = ANY($4)
+                 AND NOT (
+                   EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
+                           WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
+                             AND split_part(r, ':', 4) LIKE 'excluded for %')
+                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
+                                   WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
+                                     AND split_part(r, ':', 4) NOT LIKE 'excluded for %'))
                GROUP BY n, job_id""",
             self.cluster, self.job_id, since, nodes)
         out: dict[str, tuple[tuple[str, object], ...]] = {}
