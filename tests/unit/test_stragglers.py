@@ -167,3 +167,24 @@ def test_per_job_overrides_and_validation():
                 {"window_points": 100}, {"rank_points": 99}):
         with pytest.raises(ValueError):
             StragglerPolicy(**bad)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_keeping_only_the_samples_a_verdict_reads_changes_no_verdict(seed):
+    """The detector keeps StragglerPolicy.samples_kept samples, not MAX_SAMPLES (the state is rewritten
+    on every report): every verdict along a random run, drops and jitter included, is the same."""
+    from relaunch.detector.domain.stragglers import MAX_SAMPLES, StragglerPolicy, observe_points, verdict
+
+    rng = random.Random(seed)
+    policy = StragglerPolicy(sustain_windows=rng.choice([1, 2, 3]), window_points=rng.choice([3, 5, 8]))
+    full, trimmed = StragglerState(), StragglerState()
+    rate, t = 100.0, 0.0
+    for step in range(1, 400):
+        if rng.random() < 0.02:
+            rate *= rng.choice([0.5, 0.7, 1.0, 1.3])
+        t += 1.0
+        points = [point(step, throughput=rate * rng.uniform(0.95, 1.05))]
+        full = observe_points(full, points, t, keep=MAX_SAMPLES)
+        trimmed = observe_points(trimmed, points, t, keep=policy.samples_kept)
+        assert len(trimmed.samples) <= policy.samples_kept
+        assert verdict(trimmed, policy) == verdict(full, policy), step

@@ -119,12 +119,13 @@ class ProgressTracker:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
             attempt, current, policy = int(info["attempt"]), _current(data), self._straggler_policy(info)
+            hang_window = self._hang_policy(info).window
             verdict = None
             for i in indexes:
                 msg = items[i][0]
                 point = ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s,
                                       rank=msg.rank, preset="client")
-                advanced = _advance(current, attempt, [point], msg.at)
+                advanced = _advance(current, attempt, [point], msg.at, hang_window, policy.samples_kept)
                 if advanced is None:
                     continue  # an older attempt's report arriving late
                 current = (attempt, *advanced)
@@ -164,7 +165,8 @@ class ProgressTracker:
 
     async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime) -> None:
         info = await self.state.job(self.cluster, job_id)
-        advanced = _advance(_current(await self.state.progress(self.cluster, job_id)), attempt, marks, at)
+        advanced = _advance(_current(await self.state.progress(self.cluster, job_id)), attempt, marks, at,
+                            self._hang_policy(info).window, self._straggler_policy(info).samples_kept)
         if advanced is None:
             return  # lines of an older attempt arriving late
         hang, strag = advanced
@@ -284,7 +286,8 @@ def _current(data: dict | None) -> tuple[int, hangs.HangState, stragglers.Stragg
 
 
 def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | None, attempt: int, marks: list,
-             at: dt.datetime) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
+             at: dt.datetime, hang_keep: int = hangs.MAX_WINDOW, straggler_keep: int = stragglers.MAX_SAMPLES,
+             ) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
     """The attempt's states after `marks` seen at `at`; None when they belong to an older attempt than
     the one tracked. A newer attempt starts fresh."""
     if current is None or current[0] != attempt:
@@ -298,9 +301,9 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
         if isinstance(mark, CheckpointMark):
             hang = hangs.observe_checkpoint(hang, mark.phase, at)
         else:
-            hang = hangs.observe_progress(hang, mark.step, at)
+            hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep)
             points.append(mark)
-    return hang, stragglers.observe_points(strag, points, at)
+    return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 
 
 def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState) -> dict:

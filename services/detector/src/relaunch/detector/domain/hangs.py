@@ -137,8 +137,10 @@ def new_state(now: float | dt.datetime) -> HangState:
     return HangState(watched_since=seconds(now))
 
 
-def observe_progress(state: HangState, step: int | None, now: float | dt.datetime) -> HangState:
-    """A progress line (or client progress event) at `now`; `step` None means progress of unknown size."""
+def observe_progress(state: HangState, step: int | None, now: float | dt.datetime,
+                     keep: int = MAX_WINDOW) -> HangState:
+    """A progress line (or client progress event) at `now`; `step` None means progress of unknown size.
+    Only the newest `keep` intervals are kept (HangPolicy.window: what the verdict reads)."""
     now = seconds(now)
     if step is not None and step == state.last_step:
         return state  # the same step from another rank, or printed twice
@@ -151,7 +153,7 @@ def observe_progress(state: HangState, step: int | None, now: float | dt.datetim
     learn = (not backwards and new_high and state.progress_at is not None and not state.gap_has_save
              and now > state.progress_at)
     if learn:
-        intervals = (intervals + (now - state.progress_at,))[-MAX_WINDOW:]
+        intervals = (intervals + (now - state.progress_at,))[-max(1, min(keep, MAX_WINDOW)):]
     save_started_at, longest, ended = state.save_started_at, state.longest_save_s, state.save_ended_at
     if save_started_at is not None and not backwards:
         # Training moved on: the save is over even if no end line came (HF prints none; async saves

@@ -57,6 +57,12 @@ class StragglerPolicy:
     rank_points: int = 5
     """Recent step times per rank whose median is that rank's pace."""
 
+    @property
+    def samples_kept(self) -> int:
+        """Samples a verdict can read: its baseline and sustain windows, plus one partial window (windows
+        are aligned on the total taken, so dropping older samples never shifts them)."""
+        return (self.baseline_windows + self.sustain_windows + 1) * self.window_points
+
     def __post_init__(self) -> None:
         if not 0 < self.fraction < 1:
             raise ValueError(f"straggler fraction must be in (0, 1), not {self.fraction!r}")
@@ -142,9 +148,11 @@ def observe_point(state: StragglerState, point: ProgressPoint, now: float | dt.d
     return observe_points(state, (point,), now)
 
 
-def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: float | dt.datetime
-                   ) -> StragglerState:
-    """Points read together (one log batch) at `now`; per-rank times are copied once per batch."""
+def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: float | dt.datetime,
+                   keep: int = MAX_SAMPLES) -> StragglerState:
+    """Points read together (one log batch) at `now`; per-rank times are copied once per batch. Only the
+    newest `keep` samples are kept (StragglerPolicy.samples_kept: what a verdict can read; the state is
+    read and rewritten on every report, so its size is the detector's ingest cost)."""
     now = seconds(now)
     unit, high, total = state.unit, state.high_step, state.total
     samples = list(state.samples)
@@ -172,7 +180,8 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
         total += 1
     if total == state.total and ranks is None:
         return state if unit == state.unit else replace(state, unit=unit)
-    return replace(state, unit=unit, high_step=high, samples=tuple(samples[-MAX_SAMPLES:]), total=total,
+    keep = max(1, min(keep, MAX_SAMPLES))
+    return replace(state, unit=unit, high_step=high, samples=tuple(samples[-keep:]), total=total,
                    rank_times=state.rank_times if ranks is None else ranks)
 
 
