@@ -65,6 +65,10 @@ async def test_a_batch_leaves_the_state_one_by_one_handling_leaves(redis_and_bus
         assert (await state.r.zscore(f"rl:hangdl:{many}", job)) == (await state.r.zscore(f"rl:hangdl:{one}", job))
         assert (await state.job(many, job)).get("progress_seen") == "1"
     assert await state.progress(many, "3") is None
+    # The same straggler verdicts either way (the batch path looks only when a report closes a window).
+    for job, attempt in (("1", 0), ("2", 1)):
+        found = [await state.has_anomaly(c, job, attempt, kinds=("straggler",)) for c in (one, many)]
+        assert found == [job == "2"] * 2, (job, found)
 
 
 async def test_reports_of_an_older_attempt_change_nothing(redis_and_bus, unique):

@@ -119,22 +119,27 @@ class ProgressTracker:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
             attempt, current, policy = int(info["attempt"]), _current(data), self._straggler_policy(info)
-            hang_window = self._hang_policy(info).window
+            hang_policy = self._hang_policy(info)
             verdict = None
             for i in indexes:
-                msg = items[i][0]
+                msg, delivery = items[i]
                 point = ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s,
                                       rank=msg.rank, preset="client")
-                advanced = _advance(current, attempt, [point], msg.at, hang_window, policy.samples_kept)
+                before = current[2].total if current is not None and current[0] == attempt else 0
+                advanced = _advance(current, attempt, [point], msg.at, hang_policy.window, policy.samples_kept)
                 if advanced is None:
                     continue  # an older attempt's report arriving late
                 current = (attempt, *advanced)
-                if verdict is None and (v := stragglers.verdict(current[2], policy)) is not None:
+                # A verdict reads complete windows only: look when this report closed one (or when it is a
+                # redelivery, whose first try may have failed after the state was saved).
+                closed = current[2].total // policy.window_points != before // policy.window_points
+                if verdict is None and (closed or delivery.num_delivered > 1) \
+                        and (v := stragglers.verdict(current[2], policy)) is not None:
                     verdict = (v, msg.at)
             if current is None or current[0] != attempt:
                 continue
             _, hang, strag = current
-            saves.append((job_id, _record(attempt, hang, strag), hangs.deadline(hang, self._hang_policy(info)),
+            saves.append((job_id, _record(attempt, hang, strag), hangs.deadline(hang, hang_policy),
                           not info.get("progress_seen")))
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
