@@ -211,23 +211,28 @@ def render() -> str:
     return HEADER + yaml.safe_dump(build(), sort_keys=False, allow_unicode=True, width=110)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def write_or_check(text: str, default: Path, script: str, description: str, argv: list[str] | None) -> int:
+    """The command line of a generated document: write it, or with --check exit 1 and show a diff
+    when the checked-in file is stale (shared by scripts/events_doc.py)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="exit 1 with a diff when the file is stale")
-    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--output", type=Path, default=default)
     args = parser.parse_args(argv)
-    text = render()
     if args.check:
         current = args.output.read_text() if args.output.exists() else ""
         if current == text:
             return 0
         sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
                                                    str(args.output), "generated"))
-        print(f"\n{args.output} is stale: run .venv/bin/python scripts/asyncapi.py", file=sys.stderr)
+        print(f"\n{args.output} is stale: run .venv/bin/python {script}", file=sys.stderr)
         return 1
     args.output.write_text(text)
     print(f"wrote {args.output}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(render(), OUTPUT, "scripts/asyncapi.py", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

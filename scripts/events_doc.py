@@ -11,8 +11,6 @@ test (tests/unit/test_docs_events.py) fails when the checked-in file differs fro
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import importlib.util
 import sys
 from pathlib import Path
@@ -152,22 +150,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 with a diff when the file is stale")
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current == text:
-            return 0
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
-                                                   str(args.output), "generated"))
-        print(f"\n{args.output} is stale: run .venv/bin/python scripts/events_doc.py", file=sys.stderr)
-        return 1
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
-    return 0
+    return _asyncapi().write_or_check(render(), OUTPUT, "scripts/events_doc.py", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
