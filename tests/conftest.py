@@ -79,5 +79,22 @@ def services(test_stack):
 
 
 @pytest.fixture
+async def fresh_ledger(test_stack, unique):
+    """A decider Ledger on a Postgres database of its own (not migrated; dropped afterwards)."""
+    import asyncpg
+
+    from relaunch.decider.adapters.ledger import Ledger
+
+    base = test_stack["RELAUNCH_DATABASE_URL"]
+    admin = await asyncpg.connect(base)
+    await admin.execute(f"CREATE DATABASE itest_{unique}")
+    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/itest_{unique}")
+    yield ledger
+    await ledger.close()
+    await admin.execute(f"DROP DATABASE itest_{unique}")
+    await admin.close()
+
+
+@pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:10]

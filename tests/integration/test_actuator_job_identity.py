@@ -4,12 +4,10 @@ generations go on; a requeue (same first submit time) and a late report about th
 
 import datetime as dt
 
-import asyncpg
 import pytest
 
 from relaunch.common.bus import Bus, Delivery
 from relaunch.common.schemas import AnomalyDetected, JobObserved
-from relaunch.decider.adapters.ledger import Ledger
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher
 
@@ -21,16 +19,9 @@ DELIVERY = Delivery("s", 1, 1)
 
 
 @pytest.fixture
-async def ledger(test_stack, unique):
-    base = test_stack["RELAUNCH_DATABASE_URL"]
-    admin = await asyncpg.connect(base)
-    await admin.execute(f"CREATE DATABASE itest_{unique}")
-    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/itest_{unique}")
-    await ledger.migrate()
-    yield ledger
-    await ledger.close()
-    await admin.execute(f"DROP DATABASE itest_{unique}")
-    await admin.close()
+async def ledger(fresh_ledger):
+    await fresh_ledger.migrate()
+    return fresh_ledger
 
 
 def observed(cluster, submit, state="RUNNING", restarts=0, exit_code=None, name="train"):

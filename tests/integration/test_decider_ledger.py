@@ -8,12 +8,10 @@ import asyncio
 import datetime as dt
 import json
 
-import asyncpg
 import pytest
 
 from relaunch.common.bus import Delivery
 from relaunch.common.schemas import AnomalyDetected, JobObserved, NodeHealth, ReconcileStatus
-from relaunch.decider.adapters.ledger import Ledger
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher
 
@@ -22,16 +20,9 @@ DELIVERY = Delivery("s", 1, 1)
 
 
 @pytest.fixture
-async def ledger(test_stack, unique):
-    base = test_stack["RELAUNCH_DATABASE_URL"]
-    admin = await asyncpg.connect(base)
-    await admin.execute(f"CREATE DATABASE idec_{unique}")
-    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/idec_{unique}")
-    await ledger.migrate()
-    yield ledger
-    await ledger.close()
-    await admin.execute(f"DROP DATABASE idec_{unique}")
-    await admin.close()
+async def ledger(fresh_ledger):
+    await fresh_ledger.migrate()
+    return fresh_ledger
 
 
 def now() -> dt.datetime:

@@ -5,14 +5,13 @@ import asyncio
 import datetime as dt
 import json
 
-import asyncpg
 import pytest
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Advice, AnomalyDetected, JobObserved, ReconcileStatus
-from relaunch.decider.adapters.ledger import Ledger, migrations
+from relaunch.decider.adapters.ledger import migrations
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher
 
@@ -22,15 +21,8 @@ DELIVERY = Delivery("s", 1, 1)
 
 
 @pytest.fixture
-async def ledger(test_stack, unique):
-    base = test_stack["RELAUNCH_DATABASE_URL"]
-    admin = await asyncpg.connect(base)
-    await admin.execute(f"CREATE DATABASE itest_{unique}")
-    ledger = await Ledger.connect(base.rsplit("/", 1)[0] + f"/itest_{unique}")
-    yield ledger
-    await ledger.close()
-    await admin.execute(f"DROP DATABASE itest_{unique}")
-    await admin.close()
+def ledger(fresh_ledger):
+    return fresh_ledger
 
 
 def observed(cluster, comment="relaunch:max_attempts=2", state="RUNNING", restarts=0, **kw):

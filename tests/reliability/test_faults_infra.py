@@ -35,42 +35,37 @@ def consumed(env: dict, port_offset: int, consumer: str, outcome: str) -> float:
 DECIDER_HEALTH = 92  # scripts/stack.sh: HEALTH_DECIDER = PORT_BASE + 92
 
 
+async def fault_mid_recovery(services: dict, result: Result, step: str, fault, pause_s: float) -> None:
+    """Wait until the actuator has taken `step` of a recovery, apply `fault`, wait `pause_s`, start what
+    is down again, and check that the recovery still ends exactly once."""
+    started = time.monotonic()
+    try:
+        job = await submit_and_wait_for_step(services, step, STEP_SECONDS="0.5")
+        fault()
+        await asyncio.sleep(pause_s)
+        restore(services)
+        result.trials = 1
+        seen = await wait_converged(services, [job], timeout=90)
+        result.add_jobs(seen)
+    finally:
+        restore(services)
+        result.seconds = time.monotonic() - started
+        result.write()
+    result.assert_clean()
+
+
 @pytest.mark.parametrize("step", ["requeuehold", "release"])
 async def test_nats_restarted_mid_recovery_completes_exactly_once(services, step):
     result = Result(f"faults_nats_restart_{step}",
                     f"NATS server killed and restarted after `{step}` (JetStream store on disk kept)")
-    started = time.monotonic()
-    try:
-        job = await submit_and_wait_for_step(services, step, STEP_SECONDS="0.5")
-        sigkill(services, "nats")
-        await asyncio.sleep(2)  # every service sees the connection drop and keeps reconnecting
-        restore(services)
-        result.trials = 1
-        seen = await wait_converged(services, [job], timeout=90)
-        result.add_jobs(seen)
-    finally:
-        restore(services)
-        result.seconds = time.monotonic() - started
-        result.write()
-    result.assert_clean()
+    # every service sees the connection drop and keeps reconnecting for 2 s
+    await fault_mid_recovery(services, result, step, lambda: sigkill(services, "nats"), pause_s=2)
 
 
 async def test_slurmctld_restarted_during_a_reconcile_converges_exactly_once(services):
     result = Result("faults_slurmctld_restart", "slurmctld stopped for 3 s and restarted after `requeuehold`")
-    started = time.monotonic()
-    try:
-        job = await submit_and_wait_for_step(services, "requeuehold", STEP_SECONDS="0.5")
-        stop_server(services, "slurmctld")  # the actuator's next Slurm command fails: it must look again
-        await asyncio.sleep(3)
-        restore(services)
-        result.trials = 1
-        seen = await wait_converged(services, [job], timeout=90)
-        result.add_jobs(seen)
-    finally:
-        restore(services)
-        result.seconds = time.monotonic() - started
-        result.write()
-    result.assert_clean()
+    # the actuator's next Slurm command fails: it must look again
+    await fault_mid_recovery(services, result, "requeuehold", lambda: stop_server(services, "slurmctld"), pause_s=3)
 
 
 async def test_postgres_down_30s_decider_backs_off_and_issues_the_advice_after(services):
