@@ -131,3 +131,48 @@ async def test_per_subject_keeps_each_subjects_order_and_runs_subjects_at_once(t
         await bus.close()
     assert order == {"1": [0, 1, 2, 3], "2": [0, 1, 2, 3], "3": [0, 1, 2, 3]}
     assert running["most"] > 1, "different jobs are handled at the same time"
+
+
+async def test_batches_pulled_while_messages_trickle_in_hand_each_message_out_once(test_stack, unique):
+    """consume_batch's own pull requests (BatchPuller): messages published in bursts and trickles,
+    some while a waiting request is open and some after one expired, each reach the handler exactly
+    once, in stream order, and all are acknowledged."""
+    cluster = f"c{unique}"
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+    spec = subjects.ConsumerSpec(f"trickle-{unique}", subjects.SIGNALS, f"relaunch.signal.job.{cluster}.>", 30, 5)
+    seen: list[tuple[int, int]] = []
+    sizes: list[int] = []
+
+    async def handler(items):
+        sizes.append(len(items))
+        seen.extend((int(body.job_id), delivery.num_delivered) for body, delivery in items)
+        return [None] * len(items)
+
+    n = 0
+
+    async def publish(count: int) -> None:
+        nonlocal n
+        for _ in range(count):
+            n += 1
+            await bus.publish(subjects.signal_job(cluster, str(n)), observed(cluster, str(n)))
+
+    await publish(50)  # a backlog before the consumer starts: full batches
+    stop = asyncio.Event()
+    task = asyncio.create_task(consume_batch(bus, spec, JobObserved, handler, stop, batch=16))
+    try:
+        for burst, pause in ((40, 0.0), (1, 0.7), (3, 0.05), (100, 0.0), (1, 1.2), (20, 0.3)):
+            await publish(burst)
+            await asyncio.sleep(pause)
+        await until(lambda: len(seen) >= n, timeout=15)
+        await asyncio.sleep(1.0)  # nothing more may come
+    finally:
+        stop.set()
+        await task
+    try:
+        assert [job for job, _ in seen] == list(range(1, n + 1))
+        assert {delivered for _, delivered in seen} == {1}, "nothing was redelivered"
+        assert sizes[:3] == [16, 16, 16] and max(sizes) == 16
+        info = await bus.js.consumer_info(spec.stream.name, spec.durable)
+        assert info.num_pending == 0 and info.num_ack_pending == 0
+    finally:
+        await bus.close()

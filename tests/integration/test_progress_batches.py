@@ -2,6 +2,7 @@
 exactly the state that handling it one report at a time leaves, and the follower reads only the
 files that changed."""
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from relaunch.common.bus import Bus, Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import LogBatch, ProgressReported
-from relaunch.detector.adapters.hotstate import HotState
+from relaunch.detector.adapters.hotstate import HELD, HotState
 from relaunch.detector.domain import hangs, stragglers
 from relaunch.detector.handlers import Follower
 from relaunch.detector.tracking import ProgressTracker
@@ -130,3 +131,116 @@ async def test_the_follower_reads_only_files_that_changed(redis_and_bus, unique,
     await follower.pass_once()
     assert read == ["1"]
     assert "2" not in follower._paths and "2" not in follower._locks, "an unfollowed job is forgotten"
+
+
+async def test_two_replicas_taking_turns_never_work_from_a_stale_cached_state(redis_and_bus, unique, test_stack):
+    """Each replica keeps the states it wrote decoded (statecache); when the other replica handled the
+    job's reports in between, Redis' write token no longer matches and the state is read again, so
+    the result is the state one replica alone would leave."""
+    bus, state = redis_and_bus
+    redis_url = test_stack["RELAUNCH_REDIS_URL"]
+    alone, shared = f"a{unique}", f"s{unique}"
+    other_state = HotState(redis_url)
+    try:
+        single = ProgressTracker(bus, state, alone, hangs.HangPolicy(), stragglers.StragglerPolicy())
+        replicas = [ProgressTracker(bus, s, shared, hangs.HangPolicy(), stragglers.StragglerPolicy())
+                    for s in (state, other_state)]
+        for cluster in (alone, shared):
+            await state.track(cluster, "1", {"attempt": "0"})
+        reads: list[object] = []
+        real = state.progress_many
+
+        async def spy(cluster, job_ids, held=None):
+            out = await real(cluster, job_ids, held)
+            if cluster == shared:
+                reads.append(out["1"][2])
+            return out
+
+        state.progress_many = spy
+        turns = [0, 0, 1, 0, 1, 1, 0, 0]  # which replica handles each batch of 5 reports
+        for n, turn in enumerate(turns):
+            for cluster, tracker in ((alone, single), (shared, replicas[turn])):
+                batch = [(report(cluster, "1", 5 * n + i, 5 * n + i, 100.0 if n < 6 else 50.0), DELIVERY)
+                         for i in range(5)]
+                assert await tracker.on_progress_batch(batch) == [None] * 5
+        assert await state.progress(shared, "1") == await state.progress(alone, "1")
+        assert (await state.r.zscore(f"rl:hangdl:{shared}", "1")) == (await state.r.zscore(f"rl:hangdl:{alone}", "1"))
+        # replica 0's batches: the 1st (nothing yet), 2nd (its own write: held), 4th (after replica 1's:
+        # read again), 7th (after replica 1's), 8th (its own: held)
+        assert [r if r is HELD else type(r).__name__ for r in reads] == \
+            ["NoneType", HELD, "dict", "dict", HELD]
+    finally:
+        await other_state.close()
+
+
+async def test_a_cached_state_is_not_used_after_the_state_was_forgotten(redis_and_bus, unique):
+    bus, state = redis_and_bus
+    cluster = f"f{unique}"
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    await state.track(cluster, "1", {"attempt": "0"})
+    await tracker.on_progress_batch([(report(cluster, "1", i, i, 10.0), DELIVERY) for i in range(10)])
+    assert len(tracker.cache) == 1
+    await state.forget_progress(cluster, "1")  # as when Redis lost it: Redis is the truth, not the cache
+    await tracker.on_progress_batch([(report(cluster, "1", 30, 30, 10.0), DELIVERY)])
+    data = await state.progress(cluster, "1")
+    assert data["attempt"] == 0 and stragglers.StragglerState.from_dict(data["straggler"]).total == 1
+    assert hangs.HangState.from_dict(data["hang"]).intervals == ()
+
+
+async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_and_bus, unique, tmp_path,
+                                                                         monkeypatch):
+    from relaunch.detector import handlers
+
+    monkeypatch.setattr(handlers, "QUIET_S", 0.3)
+    bus, state = redis_and_bus
+    cluster = f"q{unique}"
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=2.0)
+    stat_calls: list[list[str]] = []
+    real_sizes = handlers.file_sizes
+
+    def counting_sizes(paths):
+        stat_calls.append(list(paths))
+        return real_sizes(paths)
+
+    monkeypatch.setattr(handlers, "file_sizes", counting_sizes)
+    logs = {job: tmp_path / f"{job}.out" for job in ("1", "2")}
+    for job, path in logs.items():
+        path.write_text("starting\n")
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
+    await follower.pass_once()
+    assert len(stat_calls[-1]) == 2
+    await asyncio.sleep(0.4)  # both files are quiet now
+    await follower.pass_once()
+    assert stat_calls[-1] == [], "a quiet file is not looked at on every pass"
+    with logs["1"].open("a") as fh:
+        fh.write("Traceback (most recent call last):\n")
+    await follower.pass_once()
+    assert stat_calls[-1] == []
+    await follower.pass_once(everything=True)  # what happens once quiet_interval_s has passed
+    assert len(stat_calls[-1]) == 2
+    await follower.pass_once()
+    assert stat_calls[-1] == [str(logs["1"])], "a file that grew is looked at on every pass again"
+
+    # Another replica follows a new job: this follower sees it on its next pass (the followed set's
+    # version changed), not PATHS_REFRESH_S later, and looks at its file on every pass.
+    new = tmp_path / "3.out"
+    new.write_text("hello\n")
+    other = HotState(redis_url_of(state))
+    try:
+        await other.track(cluster, "3", {"attempt": "0", "stdout": str(new), "stderr": str(new)})
+    finally:
+        await other.close()
+    version = await state.followed_version(cluster)
+    await follower.pass_once()
+    assert "3" in follower._paths and str(new) in stat_calls[-1]
+    await state.track(cluster, "3", {"attempt": "0"})  # already followed: the version stays
+    assert await state.followed_version(cluster) == version
+    await state.untrack(cluster, "3")
+    assert await state.followed_version(cluster) != version
+    await follower.pass_once()
+    assert "3" not in follower._paths
+
+
+def redis_url_of(state: HotState) -> str:
+    kwargs = state.r.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"

@@ -76,7 +76,7 @@ async def test_new_attempt_starts_fresh_and_a_drop_is_a_straggler(replicas):
 
     await a.on_attempt("9", 1, running=True, finished=False)
     data = await state.progress(cluster, "9")
-    assert data["attempt"] == 1 and data["straggler"] == stragglers.StragglerState().to_dict()
+    assert data["attempt"] == 1 and stragglers.StragglerState.from_dict(data["straggler"]) == stragglers.StragglerState()
     await a.on_attempt("9", 1, running=False, finished=True)
     assert await state.progress(cluster, "9") is None
 

@@ -3,9 +3,11 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relaunch.detector.domain.hangs import (
-    HangPolicy, HangState, deadline, new_state, observe_checkpoint, observe_progress, percentile,
+    HangPolicy, HangState, _deadline, deadline, new_state, observe_checkpoint, observe_progress, percentile,
     policy_with_options, timeout_s, verdict,
 )
 
@@ -214,3 +216,26 @@ def test_nearest_rank_percentile():
     assert percentile([1.0] * 95 + [30.0] * 5, 95) == 1.0
     assert percentile([1.0] * 94 + [30.0] * 6, 95) == 30.0
     assert percentile([7.0], 95) == 7.0
+
+
+_EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("step"), st.one_of(st.none(), st.integers(0, 60)), st.floats(0.0, 120.0)),
+    st.tuples(st.sampled_from(["started", "finished"]), st.none(), st.floats(0.0, 2000.0)),
+), max_size=40)
+
+
+@given(events=_EVENTS, floor=st.floats(1.0, 100.0), warmup=st.floats(1.0, 3600.0),
+       checkpoint=st.floats(1.0, 1000.0), multiplier=st.floats(1.0, 10.0), min_intervals=st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_deadline_is_the_time_verdict_declares_the_hang(events, floor, warmup, checkpoint, multiplier, min_intervals):
+    """deadline() skips verdict's reason texts (it runs for every report); it must be the same number."""
+    policy = HangPolicy(floor_s=floor, warmup_s=warmup, checkpoint_s=checkpoint, multiplier=multiplier,
+                        min_intervals=min_intervals)
+    state, t = new_state(T0), T0
+    for kind, step, gap in events:
+        t += gap
+        state = observe_progress(state, step, t) if kind == "step" else observe_checkpoint(state, kind, t)
+        due = deadline(state, policy)
+        assert due == _deadline(state, policy)[0]
+        assert verdict(state, policy, due) is not None
+        assert verdict(state, policy, due - 1e-3 * max(1.0, abs(due) * 1e-9)) is None

@@ -254,44 +254,161 @@ async def consume_batch(
     result per message: None (ack) or the exception that message met, mapped onto ack/nak/DLQ exactly
     as `consume` maps a raised one; an exception the handler raises applies to every message of the
     batch. Bodies that do not parse are dead-lettered one by one. One span per batch.
+
+    Messages are pulled with BatchPuller rather than nats-py's fetch (which waits for each message of
+    a batch with a task and a timer of its own: at 10,000 messages a second that was a fifth of the
+    detector's work).
     """
-    sub = await _bind(bus, spec, stop)
-    while sub is not None and not stop.is_set():
-        msgs = await _fetch(sub, spec, batch, active)
-        if not msgs:
-            continue
-        taken: list[Msg] = []
-        items: list[tuple[M, Delivery]] = []
-        for msg in msgs:
-            meta = msg.metadata
-            try:
-                body = parse_body(model, msg.data)
-            except PermanentError as exc:
-                outcome = await _settle(bus, spec, msg, exc)
-                CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+    if await _bind(bus, spec, stop) is None:
+        return
+    puller = await BatchPuller(bus, spec).start()
+    consumed = {outcome: CONSUMED.labels(bus.service, spec.durable, outcome)
+                for outcome in ("ack", "nak", "dlq", "error")}
+    try:
+        while not stop.is_set():
+            if active is not None and not active():
+                await asyncio.sleep(0.2)
                 continue
-            taken.append(msg)
-            items.append((body, Delivery(subject=msg.subject, num_delivered=meta.num_delivered,
-                                         stream_seq=meta.sequence.stream)))
-        if not items:
-            continue
-        with telemetry.consumer_span(f"{spec.durable} {model.__name__} batch", None, spec.filter_subject) as span:
-            span.set_attribute("messaging.batch.message_count", len(items))
-            try:
-                results = list(await handler(items))
-                if len(results) != len(items):
-                    raise RuntimeError(f"batch handler returned {len(results)} results for {len(items)} messages")
-            except Exception as exc:  # noqa: BLE001 - mapped per message below, as consume() does
-                results = [exc] * len(items)
-            for msg, result in zip(taken, results):
-                outcome = "ack"
+            msgs = await puller.fetch(batch, 0.5)
+            if not msgs:
+                continue
+            if len(msgs) == batch:  # more may be waiting: let them come while this batch is handled
+                await puller.prefetch(batch)
+            taken: list[Msg] = []
+            items: list[tuple[M, Delivery]] = []
+            for msg in msgs:
                 try:
-                    if result is not None:
-                        raise result
-                    await msg.ack()
-                except Exception as exc:  # noqa: BLE001 - every kind is mapped by _settle
-                    outcome = await _settle(bus, spec, msg, exc)
-                CONSUMED.labels(bus.service, spec.durable, outcome).inc()
+                    body = parse_body(model, msg.data)
+                except PermanentError as exc:
+                    consumed[await _settle(bus, spec, msg, exc)].inc()
+                    continue
+                taken.append(msg)
+                items.append((body, _delivery(msg)))
+            if not items:
+                continue
+            with telemetry.consumer_span(f"{spec.durable} {model.__name__} batch", None, spec.filter_subject) as span:
+                span.set_attribute("messaging.batch.message_count", len(items))
+                try:
+                    results = list(await handler(items))
+                    if len(results) != len(items):
+                        raise RuntimeError(f"batch handler returned {len(results)} results for {len(items)} "
+                                           "messages")
+                except Exception as exc:  # noqa: BLE001 - mapped per message below, as consume() does
+                    results = [exc] * len(items)
+                acked = 0
+                for msg, result in zip(taken, results):
+                    try:
+                        if result is not None:
+                            raise result
+                        await msg.ack()
+                        acked += 1
+                    except Exception as exc:  # noqa: BLE001 - every kind is mapped by _settle
+                        consumed[await _settle(bus, spec, msg, exc)].inc()
+                if acked:
+                    consumed["ack"].inc(acked)
+    finally:
+        await puller.close()
+
+
+class BatchPuller:
+    """Pull requests on a durable consumer made and answered on one inbox of our own (JetStream's pull
+    protocol: a request on $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> names the batch; the messages
+    come to the request's reply subject, and a status message (404 none left, 408 expired) ends a
+    request early). Messages land in a list from the subscription's callback, with no task or timer
+    per message.
+
+    fetch(n, timeout): what is there now (a no-wait request), or else what comes first within
+    `timeout` (a waiting request). A waiting request outlives the fetch that made it when it came back
+    with fewer messages than it asked for: what it delivers later is handed out by the next fetch
+    (delivered messages are acknowledged or, if this process dies, redelivered after ack_wait, as ever).
+    """
+
+    def __init__(self, bus: Bus, spec: subjects.ConsumerSpec) -> None:
+        self.nc, self.spec = bus.nc, spec
+        prefix = getattr(bus.js, "_prefix", None) or "$JS.API"
+        self.next_subject = f"{prefix}.CONSUMER.MSG.NEXT.{spec.stream.name}.{spec.durable}"
+        self._buffer: list[Msg] = []
+        self._want = 1
+        self._woken = asyncio.Event()
+        self._sub = None
+        self.problem: str | None = None
+        """The last status other than 404/408/100 (a deleted consumer, too many waiting requests...)."""
+
+    async def start(self) -> BatchPuller:
+        self.inbox = self.nc.new_inbox()
+        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1,
+                                            pending_bytes_limit=-1)
+        return self
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except nats.errors.Error:
+                pass
+            self._sub = None
+
+    async def _on_msg(self, msg: Msg) -> None:
+        headers = msg.headers
+        if headers and not msg.data and (status := headers.get("Status")):
+            if status == "100":
+                return  # an idle heartbeat (not asked for)
+            if status not in ("404", "408"):
+                self.problem = f"{status} {headers.get('Description', '')}".strip()
+            self._woken.set()
+            return
+        self._buffer.append(msg)
+        if len(self._buffer) >= self._want:
+            self._woken.set()
+
+    def _take(self, batch: int) -> list[Msg]:
+        msgs, self._buffer = self._buffer[:batch], self._buffer[batch:]
+        return msgs
+
+    async def _request(self, body: bytes, want: int, timeout: float) -> None:
+        self._want = want
+        self._woken.clear()
+        try:
+            await self.nc.publish(self.next_subject, body, reply=self.inbox)
+        except nats.errors.Error as exc:
+            log.warning("%s: pull request failed (%s); retrying", self.spec.durable, exc)
+            await asyncio.sleep(timeout)
+            return
+        try:
+            await asyncio.wait_for(self._woken.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def prefetch(self, batch: int) -> None:
+        """Ask for the next batch now, without waiting for it (the next fetch hands it out)."""
+        try:
+            await self.nc.publish(self.next_subject, b'{"batch":%d,"no_wait":true}' % batch, reply=self.inbox)
+        except nats.errors.Error:
+            pass  # fetch asks again
+
+    async def fetch(self, batch: int, timeout: float) -> list[Msg]:
+        if self._buffer:
+            return self._take(batch)
+        await self._request(b'{"batch":%d,"no_wait":true}' % batch, batch, timeout)
+        if not self._buffer:
+            if self.problem:
+                log.warning("%s: %s", self.spec.durable, self.problem)
+                self.problem = None
+                await asyncio.sleep(timeout)
+                return []
+            expires = int(timeout * 1e9) - 100_000
+            await self._request(b'{"batch":%d,"expires":%d}' % (batch, expires), 1, timeout)
+        return self._take(batch)
+
+
+def _delivery(msg: Msg) -> Delivery:
+    """The message's Delivery, read off its reply subject ($JS.ACK.<stream>.<consumer>.<delivered>.
+    <stream seq>.<consumer seq>.<time>.<pending>): msg.metadata parses all of it, dates too."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return Delivery(subject=msg.subject, num_delivered=int(tokens[4]), stream_seq=int(tokens[5]))
+    meta = msg.metadata  # the longer form, with a domain and an account hash
+    return Delivery(subject=msg.subject, num_delivered=meta.num_delivered, stream_seq=meta.sequence.stream)
 
 
 async def handled_until(bus: Bus, spec: subjects.ConsumerSpec, now: float) -> float:

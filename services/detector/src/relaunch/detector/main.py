@@ -33,11 +33,13 @@ async def amain() -> None:
         return min(await handled_until(bus, subjects.DETECTOR_PROGRESS, now),
                    await handled_until(bus, subjects.DETECTOR_LOGS, now))
 
-    follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes)
+    follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes,
+                        settings.quiet_follow_interval_s)
     tracker = ProgressTracker(bus, state, common.cluster,
                               hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
-                              sweep_s=settings.hang_sweep_s, handled_until=progress_read_until)
+                              sweep_s=settings.hang_sweep_s, handled_until=progress_read_until,
+                              cache_jobs=settings.state_cache_jobs)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis_ok = {"value": True}

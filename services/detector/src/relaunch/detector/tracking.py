@@ -23,11 +23,13 @@ from relaunch.common.bus import Bus, Delivery, utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
-from .adapters.hotstate import HotState, parse_nodes
+from .adapters.hotstate import HELD, HotState, parse_nodes
 from .domain import hangs, stragglers
+from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
 from .metrics import anomaly_published
+from .statecache import StateCache
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +75,17 @@ class CrashFirst:
 class ProgressTracker:
     def __init__(self, bus: Bus, state: HotState, cluster: str, hang_policy: hangs.HangPolicy,
                  straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0,
-                 handled_until: Callable[[float], Awaitable[float]] | None = None) -> None:
+                 handled_until: Callable[[float], Awaitable[float]] | None = None,
+                 cache_jobs: int = 20_000) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
         self.gate = CrashFirst()
         # now (epoch s) -> the time up to which every progress signal has been read (bus.handled_until);
         # None: assume no backlog (tests that feed the tracker directly).
         self.handled_until = handled_until
+        # job -> (attempt, hang state, straggler state) as this replica last wrote it (see statecache)
+        self.cache: StateCache[tuple[int, hangs.HangState, stragglers.StragglerState]] = StateCache(cache_jobs)
+        self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
@@ -110,16 +116,18 @@ class ProgressTracker:
                     results[i] = exc
                 continue
             mine.setdefault(msg.job_id, []).append(i)
-        loaded = await self.state.progress_many(self.cluster, list(mine))
-        saves, found = [], []
+        held = self.cache.held(mine)
+        loaded = await self.state.progress_many(self.cluster, list(mine), {j: t for j, (t, _) in held.items()})
+        saves, found, saved = [], [], []
         for job_id, indexes in mine.items():
-            info, data = loaded[job_id]
+            info, _token, data = loaded[job_id]
             if not info.get("attempt"):
                 for i in indexes:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
-            attempt, current, policy = int(info["attempt"]), _current(data), self._straggler_policy(info)
-            hang_policy = self._hang_policy(info)
+            current = held[job_id][1] if data is HELD else _current(data)
+            attempt = int(info["attempt"])
+            hang_policy, policy = self._policies_of(info)
             verdict = None
             for i in indexes:
                 msg, delivery = items[i]
@@ -141,9 +149,12 @@ class ProgressTracker:
             _, hang, strag = current
             saves.append((job_id, _record(attempt, hang, strag), hangs.deadline(hang, hang_policy),
                           not info.get("progress_seen")))
+            saved.append(current)
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
-        await self.state.save_progress_many(self.cluster, saves)
+        tokens = await self.state.save_progress_many(self.cluster, saves)
+        for (job_id, *_), token, current in zip(saves, tokens, saved):
+            self.cache.put(job_id, token, current)
         for job_id, attempt, (verdict, at), indexes in found:
             try:
                 await self._straggler(job_id, attempt, verdict, await self.state.job(self.cluster, job_id), at)
@@ -261,6 +272,16 @@ class ProgressTracker:
         log.info("anomaly %s: %s", anomaly.anomaly_id, anomaly.summary)
 
     # -- per-job policies -----------------------------------------------------------------------
+    def _policies_of(self, info: dict) -> tuple[hangs.HangPolicy, stragglers.StragglerPolicy]:
+        """_hang_policy and _straggler_policy, remembered by the job's options text (most jobs share a few)."""
+        raw = info.get("options") or ""
+        policies = self._policies.get(raw)
+        if policies is None:
+            if len(self._policies) >= 4096:
+                self._policies.clear()
+            policies = self._policies[raw] = (self._hang_policy(info), self._straggler_policy(info))
+        return policies
+
     def _hang_policy(self, info: dict) -> hangs.HangPolicy:
         options = {k: v for k, v in _options(info).items() if v}  # hang_timeout=0 means "calibrated"
         try:
@@ -291,10 +312,11 @@ def _current(data: dict | None) -> tuple[int, hangs.HangState, stragglers.Stragg
 
 
 def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | None, attempt: int, marks: list,
-             at: dt.datetime, hang_keep: int = hangs.MAX_WINDOW, straggler_keep: int = stragglers.MAX_SAMPLES,
+             at: dt.datetime | float, hang_keep: int = hangs.MAX_WINDOW, straggler_keep: int = stragglers.MAX_SAMPLES,
              ) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
     """The attempt's states after `marks` seen at `at`; None when they belong to an older attempt than
     the one tracked. A newer attempt starts fresh."""
+    at = seconds(at)  # once, not in each of the pure functions below
     if current is None or current[0] != attempt:
         if current is not None and current[0] > attempt:
             return None

@@ -5,13 +5,18 @@ Nothing here is needed by another replica that Redis does not hold; a restarted 
 from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: attempt, stdout,
 stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
 rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (JSON: the attempt's hang and straggler state),
-rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
+rl:progv:<c>:<job> (the token of the write that made rl:prog what it is: a reader that holds that
+state decoded already need not read it again; every write of rl:prog sets it, every delete deletes it),
+rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
 (present while this Redis holds rebuilt state; its absence means the data was lost).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import secrets
+from collections.abc import Mapping
 
 import orjson
 from redis import asyncio as aioredis
@@ -37,6 +42,13 @@ class HotState:
         self.r = aioredis.Redis.from_pool(pool)
         self._read_progress = self.r.register_script(_READ_PROGRESS)
         self._save_progress = self.r.register_script(_SAVE_PROGRESS)
+        self._follow = self.r.register_script(_FOLLOW)
+        # Tokens of progress-state writes: unique to this client (a random writer id and a counter), so a
+        # token held by a reader can only ever match the very write it read (even after Redis lost its data).
+        self._writer, self._writes = secrets.token_hex(6), itertools.count(1)
+
+    def _token(self) -> str:
+        return f"{self._writer}.{next(self._writes)}"
 
     async def ping(self) -> bool:
         try:
@@ -70,11 +82,16 @@ class HotState:
     async def track(self, cluster: str, job_id: str, fields: dict[str, str]) -> None:
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(f"rl:job:{cluster}:{job_id}", mapping=fields)
-        pipe.sadd(f"rl:follow:{cluster}", job_id)
+        await self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SADD", job_id], client=pipe)
         await self._call(pipe.execute())
 
     async def untrack(self, cluster: str, job_id: str) -> None:
-        await self._call(self.r.srem(f"rl:follow:{cluster}", job_id))
+        await self._call(self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SREM", job_id]))
+
+    async def followed_version(self, cluster: str) -> str | None:
+        """Changes whenever a job is added to or removed from the followed set (by any replica): the
+        follower reads the set again only then."""
+        return await self._call(self.r.get(f"rl:followv:{cluster}"))
 
     async def set_offset(self, cluster: str, job_id: str, path: str, offset: int) -> None:
         await self._call(self.r.hset(f"rl:job:{cluster}:{job_id}", f"off:{path}", offset))
@@ -96,49 +113,73 @@ class HotState:
         except ValueError:
             return None
 
-    async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> None:
-        """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically."""
+    async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> str:
+        """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically; returns
+        the write's token."""
+        token = self._token()
         pipe = self.r.pipeline(transaction=True)
         pipe.set(f"rl:prog:{cluster}:{job_id}", orjson.dumps(data), ex=ANOMALY_TTL_S)
+        pipe.set(f"rl:progv:{cluster}:{job_id}", token, ex=ANOMALY_TTL_S)
         if deadline is None:
             pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         else:
             pipe.zadd(f"rl:hangdl:{cluster}", {job_id: deadline})
         await self._call(pipe.execute())
+        return token
 
-    async def progress_many(self, cluster: str, job_ids: list[str]) -> dict[str, tuple[dict[str, str], dict | None]]:
-        """For each job, what progress tracking reads (its attempt, options and progress_seen fields) and
-        its progress state: one command for all of them (a script; per-command client work, not Redis,
-        is what costs at thousands of jobs a second)."""
+    async def progress_many(self, cluster: str, job_ids: list[str], held: Mapping[str, str] | None = None,
+                            ) -> dict[str, tuple[dict[str, str], str | None, dict | None | Held]]:
+        """For each job, what progress tracking reads (its attempt, options and progress_seen fields), the
+        token of its progress state and the state itself: one command for all of them (a script;
+        per-command client work, not Redis, is what costs at thousands of jobs a second).
+
+        `held`: job -> the token of the state the caller holds decoded already. Where Redis still holds
+        that very write, the state is not sent again and HELD stands for it (decoding a state costs more
+        than everything else a report needs)."""
         if not job_ids:
             return {}
-        keys = [k for job_id in job_ids for k in (f"rl:job:{cluster}:{job_id}", f"rl:prog:{cluster}:{job_id}")]
-        replies = await self._call(self._read_progress(keys=keys, args=list(PROGRESS_FIELDS)))
-        out = {}
+        held = held or {}
+        # Key names are made in the script from the cluster and the job ids, and the ids and tokens
+        # travel as one argument each: at 10,000 reports a second the client's packing of arguments
+        # costs more than Redis' splitting of them. (Job ids are digits and underscores; tokens hex,
+        # digits and dots.)
+        args = [cluster, " ".join(PROGRESS_FIELDS), " ".join(job_ids),
+                " ".join(held.get(job_id, "-") for job_id in job_ids)]
+        replies = await self._call(self._read_progress(keys=[], args=args))
+        out: dict[str, tuple[dict[str, str], str | None, dict | None | Held]] = {}
         for i, job_id in enumerate(job_ids):
-            fields, raw = replies[2 * i], replies[2 * i + 1]
-            try:
-                data = orjson.loads(raw) if raw else None
-            except ValueError:
-                data = None
-            out[job_id] = ({k: v for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}, data)
+            fields, raw, token = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
+            data: dict | None | Held
+            if token is not None and token == held.get(job_id):
+                data = HELD
+            else:
+                try:
+                    data = orjson.loads(raw) if raw else None
+                except ValueError:
+                    data = None
+            out[job_id] = ({k: v for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}, token, data)
         return out
 
-    async def save_progress_many(self, cluster: str, saves: list[tuple[str, dict, float | None, bool]]) -> None:
+    async def save_progress_many(self, cluster: str, saves: list[tuple[str, dict, float | None, bool]]) -> list[str]:
         """save_progress for many jobs at once, atomically (one script): (job, state, deadline, first
-        progress seen, which marks the job's progress_seen)."""
+        progress seen, which marks the job's progress_seen). Returns each write's token, in order."""
         if not saves:
-            return
-        keys, args = [], [str(ANOMALY_TTL_S)]
+            return []
+        # One argument for every job's id, deadline, progress_seen mark and token, one for the states
+        # (orjson writes no newline, so one per line): see progress_many.
+        heads, states, tokens = [], [], []
         for job_id, data, deadline, first in saves:
-            keys += [f"rl:prog:{cluster}:{job_id}", f"rl:job:{cluster}:{job_id}"]
-            args += [job_id, orjson.dumps(data), "" if deadline is None else repr(deadline), "1" if first else "0"]
-        keys.append(f"rl:hangdl:{cluster}")
-        await self._call(self._save_progress(keys=keys, args=args))
+            token = self._token()
+            tokens.append(token)
+            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} {token}")
+            states.append(orjson.dumps(data))
+        await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
+                                                              b"\n".join(states)]))
+        return tokens
 
     async def forget_progress(self, cluster: str, job_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(f"rl:prog:{cluster}:{job_id}")
+        pipe.delete(f"rl:prog:{cluster}:{job_id}", f"rl:progv:{cluster}:{job_id}")
         pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         await self._call(pipe.execute())
 
@@ -166,31 +207,74 @@ class HotState:
         await self._call(self.r.delete(f"rl:built:{cluster}"))
 
 
+class Held:
+    """progress_many's stand-in for a state the caller holds already (see there)."""
+
+    def __repr__(self) -> str:
+        return "HELD"
+
+
+HELD = Held()
+
+_FOLLOW = """
+-- KEYS: the followed set, its version. ARGV: SADD or SREM, the job. The version changes only when the set does.
+if redis.call(ARGV[1], KEYS[1], ARGV[2]) == 1 then
+  redis.call('INCR', KEYS[2])
+end
+return 0
+"""
+
+# Both scripts make their key names from the cluster and job ids (a standalone Redis, as relaunch uses,
+# allows that; a Redis Cluster would not).
 _READ_PROGRESS = """
--- KEYS: per job, its hash then its progress key; ARGV: the hash fields to read.
+-- ARGV: the cluster, the hash fields to read, the job ids, and per job the token of the state the
+-- caller holds ('-' for none); the last three separated by spaces.
+-- Returns per job: the fields, the state (false when the caller holds it), the state's token.
+local c = ARGV[1]
+local fields = {}
+for f in string.gmatch(ARGV[2], '%S+') do fields[#fields + 1] = f end
+local held = {}
+for t in string.gmatch(ARGV[4], '%S+') do held[#held + 1] = t end
 local out = {}
-for i = 1, #KEYS, 2 do
-  out[#out + 1] = redis.call('HMGET', KEYS[i], unpack(ARGV))
-  out[#out + 1] = redis.call('GET', KEYS[i + 1])
+local n = 0
+for id in string.gmatch(ARGV[3], '%S+') do
+  n = n + 1
+  out[#out + 1] = redis.call('HMGET', 'rl:job:' .. c .. ':' .. id, unpack(fields))
+  local token = redis.call('GET', 'rl:progv:' .. c .. ':' .. id)
+  if token and token == held[n] then
+    out[#out + 1] = false
+  else
+    out[#out + 1] = redis.call('GET', 'rl:prog:' .. c .. ':' .. id)
+  end
+  out[#out + 1] = token
 end
 return out
 """
 
 _SAVE_PROGRESS = """
--- KEYS: per job, its progress key then its hash; last, the hang-deadline set.
--- ARGV: the TTL, then per job: its id, its state (JSON), its deadline ('' disarms), '1' to mark progress_seen.
-local deadlines = KEYS[#KEYS]
-for i = 1, (#KEYS - 1) / 2 do
-  local a = 2 + (i - 1) * 4
-  redis.call('SET', KEYS[2 * i - 1], ARGV[a + 1], 'EX', ARGV[1])
-  if ARGV[a + 2] == '' then
-    redis.call('ZREM', deadlines, ARGV[a])
+-- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen> <token>',
+-- and the jobs' states (JSON), one line each, in the same order.
+local ttl, c = ARGV[1], ARGV[2]
+local deadlines = 'rl:hangdl:' .. c
+local heads = {}
+for line in string.gmatch(ARGV[3], '[^\\n]+') do heads[#heads + 1] = line end
+local i = 0
+for state in string.gmatch(ARGV[4], '[^\\n]+') do
+  i = i + 1
+  local id, deadline, first, token = string.match(heads[i], '^(%S+) (%S+) (%S+) (%S+)$')
+  redis.call('SET', 'rl:prog:' .. c .. ':' .. id, state, 'EX', ttl)
+  redis.call('SET', 'rl:progv:' .. c .. ':' .. id, token, 'EX', ttl)
+  if deadline == '-' then
+    redis.call('ZREM', deadlines, id)
   else
-    redis.call('ZADD', deadlines, ARGV[a + 2], ARGV[a])
+    redis.call('ZADD', deadlines, deadline, id)
   end
-  if ARGV[a + 3] == '1' then
-    redis.call('HSET', KEYS[2 * i], 'progress_seen', '1')
+  if first == '1' then
+    redis.call('HSET', 'rl:job:' .. c .. ':' .. id, 'progress_seen', '1')
   end
+end
+if i ~= #heads then
+  return redis.error_reply('save_progress: ' .. #heads .. ' jobs but ' .. i .. ' states')
 end
 return 0
 """

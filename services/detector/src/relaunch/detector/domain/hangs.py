@@ -102,8 +102,9 @@ class HangState:
     """The gap since progress_at contains a save, so it is not a step interval."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able (tuples are arrays to json and orjson; not copied into lists: states are written for every report)."""
         return {"v": STATE_VERSION, "watched_since": self.watched_since, "last_step": self.last_step,
-                "high_step": self.high_step, "progress_at": self.progress_at, "intervals": list(self.intervals),
+                "high_step": self.high_step, "progress_at": self.progress_at, "intervals": self.intervals,
                 "save_started_at": self.save_started_at, "save_ended_at": self.save_ended_at,
                 "longest_save_s": self.longest_save_s, "gap_has_save": self.gap_has_save}
 
@@ -161,9 +162,10 @@ def observe_progress(state: HangState, step: int | None, now: float | dt.datetim
         # (A lagging rank's older step says nothing about the save, so it does not end it.)
         longest, save_started_at, ended = max(longest, now - save_started_at), None, now
     high = state.high_step if step is None else max(step, state.high_step if state.high_step is not None else step)
-    return replace(state, last_step=step if step is not None else state.last_step, high_step=high,
-                   progress_at=now, intervals=intervals, save_started_at=save_started_at,
-                   save_ended_at=ended, longest_save_s=longest, gap_has_save=False)
+    # (the constructor, not dataclasses.replace: this runs for every progress report, and replace costs 3x)
+    return HangState(watched_since=state.watched_since, last_step=step if step is not None else state.last_step,
+                     high_step=high, progress_at=now, intervals=intervals, save_started_at=save_started_at,
+                     save_ended_at=ended, longest_save_s=longest, gap_has_save=False)
 
 
 def observe_checkpoint(state: HangState, phase: Literal["started", "finished"], now: float | dt.datetime
@@ -209,8 +211,21 @@ def save_allowance_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
 
 
 def deadline(state: HangState, policy: HangPolicy) -> float:
-    """When the job is hung unless it shows life first: the score for a sweep over many jobs."""
-    return _deadline(state, policy)[0]
+    """When the job is hung unless it shows life first: the score for a sweep over many jobs. The same
+    number as verdict's, without the reason texts (this runs for every progress report)."""
+    anchor = max(t for t in (state.watched_since, state.progress_at, state.save_ended_at) if t is not None)
+    recent = state.intervals[-policy.window:]
+    if state.progress_at is None or len(recent) < policy.min_intervals:
+        timeout = policy.warmup_s
+    else:
+        timeout = max(policy.multiplier * percentile(recent, policy.percentile), policy.floor_s)
+    due = anchor + timeout
+    if state.save_started_at is not None:
+        learnt = policy.checkpoint_multiplier * state.longest_save_s
+        allowance = learnt if learnt > policy.checkpoint_s else policy.checkpoint_s
+        if state.save_started_at + allowance > due:
+            return state.save_started_at + allowance
+    return due
 
 
 def verdict(state: HangState, policy: HangPolicy, now: float | dt.datetime) -> Hang | None:

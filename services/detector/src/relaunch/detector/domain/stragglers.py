@@ -103,8 +103,9 @@ class StragglerState:
     """Recent step times per rank. Never mutated: every change builds a new dict."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able (tuples are arrays to json and orjson; not copied into lists: states are written for every report)."""
         return {"v": STATE_VERSION, "unit": self.unit, "high_step": self.high_step,
-                "samples": [list(s) for s in self.samples], "total": self.total,
+                "samples": self.samples, "total": self.total,
                 "rank_times": {str(rank): list(times) for rank, times in self.rank_times.items()}}
 
     @classmethod
@@ -181,8 +182,8 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
     if total == state.total and ranks is None:
         return state if unit == state.unit else replace(state, unit=unit)
     keep = max(1, min(keep, MAX_SAMPLES))
-    return replace(state, unit=unit, high_step=high, samples=tuple(samples[-keep:]), total=total,
-                   rank_times=state.rank_times if ranks is None else ranks)
+    return StragglerState(unit=unit, high_step=high, samples=tuple(samples[-keep:]), total=total,
+                          rank_times=state.rank_times if ranks is None else ranks)
 
 
 def windows(state: StragglerState, policy: StragglerPolicy, last: int | None = None) -> list[tuple[float, float]]:
