@@ -6,8 +6,9 @@ decider, and no actuator, so nothing touches Slurm; the jobs exist only on the b
 Phases, each printed as it runs:
   track     JobObserved(RUNNING) for every job; both consumers (detector, decider) drained.
   steady    progress at --rate-hz per job (ProgressReported published to JetStream, acknowledged),
-            for --duration s; the detector's progress consumer and a bare nats-py consumer on the
-            same stream run side by side; their rates and num_pending are sampled every second.
+            for --duration s; the detector's rate and num_pending are sampled every second. The bare
+            nats-py consumer is paused (SIGSTOP) until the drain phase, as it would not run beside a
+            real detector (--bare-during-load runs it here too, taking a core's share from the others).
   failures  while the other jobs keep reporting, --failures jobs print an InfiniBand error and Slurm
             reports them FAILED; the time from the first failure to each Advice is measured.
   drain     both consumers are paused (SIGSTOP), a backlog of --drain-msgs progress messages is
@@ -279,7 +280,7 @@ class LoadRun:
         for start in range(0, len(self.jobs), 1000):
             pipe = self.redis.pipeline(transaction=False)
             for job in self.jobs[start: start + 1000]:
-                pipe.delete(f"rl:job:{c}:{job.job_id}", f"rl:prog:{c}:{job.job_id}", f"rl:progv:{c}:{job.job_id}")
+                pipe.delete(f"rl:job:{c}:{job.job_id}", f"rl:prog:{c}:{job.job_id}")
                 pipe.srem(f"rl:follow:{c}", job.job_id)
                 pipe.zrem(f"rl:hangdl:{c}", job.job_id)
             await pipe.execute()
@@ -324,6 +325,8 @@ class LoadRun:
                                        [j.job_id for j in self.jobs], self.args.rate_hz, self.ctl)
         if not self.bare_ready.wait(30):
             raise SystemExit("the bare consumer did not start")
+        if not self.args.bare_during_load:
+            os.kill(self.bare.pid, signal.SIGSTOP)  # until the drain phase resumes it
         pids = {"detector": self.procs["detector"].pid, "decider": self.procs["decider"].pid,
                 "bare_consumer": self.bare.pid, "publisher": self.publisher.pid, "bench": os.getpid()}
         for name in ("nats", "redis"):
@@ -598,7 +601,9 @@ def markdown(result: dict) -> str:
         f"Machine: {m['cpus']} x {m['cpu_model']}, {m['memory_gib']} GiB, Python {m['python']}; load average "
         f"{' '.join(m['loadavg_at_start'])} at start, {' '.join(m['loadavg_at_end'])} at end. NATS, Redis, "
         "Postgres, the publisher, the bare consumer, the detector and the decider all share these cores "
-        "(the CPU columns show who used what; `others` is everything else on the machine).", "",
+        "(the CPU columns show who used what; `others` is everything else on the machine). " +
+        ("The bare consumer ran in every phase." if result["args"].get("bare_during_load") else
+         "The bare consumer ran only in the drain phase (paused before)."), "",
         "| target | measured | |", "|---|---|---|",
         f"| ingest keeps up at {s['offered_per_s']:.0f} msgs/s offered | stored {s['stored_per_s']}/s, detector "
         f"{s['detector_per_s']}/s, pending at end {s['detector_pending_end']}, growth "
@@ -634,6 +639,8 @@ def main() -> None:
     ap.add_argument("--drain-msgs", type=int, default=0, help="backlog for the side-by-side drain (default: "
                                                               "10 s of the offered rate)")
     ap.add_argument("--bare-batch", type=int, default=16, help="fetch batch of the bare consumer")
+    ap.add_argument("--bare-during-load", action="store_true",
+                    help="run the bare consumer in the steady and failure phases too, not only in the drain")
     ap.add_argument("--advice-timeout", type=float, default=60.0)
     ap.add_argument("--track-timeout", type=float, default=300.0)
     ap.add_argument("--no-log-files", action="store_true", help="give the jobs no log files to follow")

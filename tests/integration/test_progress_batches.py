@@ -244,3 +244,44 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
 def redis_url_of(state: HotState) -> str:
     kwargs = state.r.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+async def test_batches_handled_at_once_apply_a_jobs_reports_in_order(redis_and_bus, unique):
+    """consume_batch hands the detector two batches at a time: a job's later batch waits for its earlier
+    one, so nothing is lost to two batches reading the same state (jobs in one batch only go on)."""
+    bus, state = redis_and_bus
+    one, both = f"o{unique}", f"b{unique}"
+    for cluster in (one, both):
+        for job in ("1", "2", "3"):
+            await state.track(cluster, job, {"attempt": "0"})
+    sequential = ProgressTracker(bus, state, one, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    concurrent = ProgressTracker(bus, state, both, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    plan = [[("1", 0), ("1", 1), ("2", 0)], [("1", 2), ("3", 0), ("1", 3)], [("2", 1), ("1", 4)]]
+
+    def batch(cluster, entries):
+        return [(report(cluster, job, step, step * 1.0 + int(job), 50.0), DELIVERY) for job, step in entries]
+
+    for entries in plan:
+        assert await sequential.on_progress_batch(batch(one, entries)) == [None] * len(entries)
+    results = await asyncio.gather(*(concurrent.on_progress_batch(batch(both, entries)) for entries in plan))
+    assert results == [[None] * len(entries) for entries in plan]
+    for job in ("1", "2", "3"):
+        assert await state.progress(both, job) == await state.progress(one, job), job
+    assert stragglers.StragglerState.from_dict((await state.progress(both, "1"))["straggler"]).total == 5
+    assert concurrent._inflight == {}
+
+
+async def test_a_state_written_by_an_older_release_is_read(redis_and_bus, unique):
+    """Before write tokens, rl:prog held the JSON alone: it is still read (and rewritten with a token)."""
+    bus, state = redis_and_bus
+    cluster = f"l{unique}"
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    await state.track(cluster, "1", {"attempt": "0"})
+    await tracker.on_progress_batch([(report(cluster, "1", i, i, 10.0), DELIVERY) for i in range(6)])
+    raw = await state.r.get(f"rl:prog:{cluster}:1")
+    await state.r.set(f"rl:prog:{cluster}:1", raw.partition(" ")[2])  # the JSON alone
+    tracker.cache.drop("1")
+    await tracker.on_progress_batch([(report(cluster, "1", 6, 6, 10.0), DELIVERY)])
+    data = await state.progress(cluster, "1")
+    assert stragglers.StragglerState.from_dict(data["straggler"]).total == 7
+    assert not (await state.r.get(f"rl:prog:{cluster}:1")).startswith("{")

@@ -1,10 +1,14 @@
 import json
 import random
+import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from relaunch.detector.domain.progress import ProgressPoint
 from relaunch.detector.domain.stragglers import (
+    _median,
     StragglerPolicy, StragglerState, observe_point, observe_points, policy_with_options, rate_of, slow_rank,
     verdict, windows,
 )
@@ -188,3 +192,8 @@ def test_keeping_only_the_samples_a_verdict_reads_changes_no_verdict(seed):
         trimmed = observe_points(trimmed, points, t, keep=policy.samples_kept)
         assert len(trimmed.samples) <= policy.samples_kept
         assert verdict(trimmed, policy) == verdict(full, policy), step
+
+
+@given(st.lists(st.floats(0.001, 1e9, allow_nan=False), min_size=1, max_size=30))
+def test_the_window_median_is_statistics_median(values):
+    assert _median(values) == statistics.median(values)

@@ -26,12 +26,13 @@ from .tracking import ProgressTracker
 log = logging.getLogger(__name__)
 
 
-PATHS_REFRESH_S = 10.0
-"""How often the follower re-reads every followed job's file names from Redis (a job's files change
-only with a JobObserved, which this process hears of at once; another replica's, only here)."""
+PATHS_REFRESH_S = 60.0
+"""How often the follower re-reads every followed job's file names from Redis whatever happened (a
+job's files change only with a JobObserved, which this process hears of at once, and another
+replica's changes the followed set's version; this is the safety net)."""
 
 
-QUIET_S = 30.0
+QUIET_S = 10.0
 """A file whose size has not changed for this long is looked at every quiet_interval_s instead of
 every interval_s (see Follower)."""
 
@@ -46,7 +47,8 @@ class Follower:
     restarted process reads every job once.
 
     Files written to within the last QUIET_S seconds (and every newly followed job's) are looked at
-    every `interval_s`; quiet ones every `quiet_interval_s`. A crash is printed by a process that was
+    every `interval_s`; quiet ones (a job between its progress lines prints at least every few seconds)
+    every `quiet_interval_s`. A crash is printed by a process that was
     printing, so this costs a quiet job's crash (say after a long hang) at most quiet_interval_s, while
     10,000 silent files cost a tenth of the stat() calls.
     """

@@ -56,7 +56,10 @@ async def amain() -> None:
             # Different jobs' log batches and observations concurrently; one job's in order.
             consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop, batch=64, per_subject=True),
             consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop, batch=64, per_subject=True),
-            consume_batch(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress_batch, stop),
+            # Two batches at once: one is computed while the other waits on Redis (the tracker keeps
+            # each job's batches in order).
+            consume_batch(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress_batch, stop,
+                          concurrency=2),
             tracker.sweep(stop),
             rebuilder.run(stop),
         ]

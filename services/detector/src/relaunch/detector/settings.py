@@ -14,7 +14,7 @@ class DetectorSettings(ServiceSettings):
     """How often followed log files are read for new lines (one stat per file; at 0.1 s the failure
     line -> Advice p95 is ~0.15 s on the mini-cluster, at 0.25 s it was 0.33 s)."""
     quiet_follow_interval_s: float = 1.0
-    """How often a followed file that has not grown for 30 s is looked at (one written to recently is
+    """How often a followed file that has not grown for 10 s is looked at (one written to recently is
     looked at every follow_interval_s): 10,000 silent files then cost a tenth of the stat() calls."""
     failure_grace_s: float = 2.0
     """After Slurm reports a failed attempt, how long to wait for log lines that explain it

@@ -86,6 +86,8 @@ class ProgressTracker:
         # job -> (attempt, hang state, straggler state) as this replica last wrote it (see statecache)
         self.cache: StateCache[tuple[int, hangs.HangState, stragglers.StragglerState]] = StateCache(cache_jobs)
         self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
+        self._inflight: dict[str, asyncio.Future] = {}
+        """job -> the end of the batch that is handling its reports now (see on_progress_batch)."""
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
@@ -108,14 +110,34 @@ class ProgressTracker:
         await self.gate.wait()
         results: list[Exception | None] = [None] * len(items)
         mine: dict[str, list[int]] = {}
-        for i, (msg, delivery) in enumerate(items):
-            if msg.cluster != self.cluster:  # not this detector's cluster: the one-by-one path, as ever
-                try:
-                    await self.on_progress(msg, delivery)
-                except Exception as exc:  # noqa: BLE001 - mapped by the bus, per message
-                    results[i] = exc
-                continue
-            mine.setdefault(msg.job_id, []).append(i)
+        for i, (msg, _) in enumerate(items):
+            if msg.cluster == self.cluster:
+                mine.setdefault(msg.job_id, []).append(i)
+        # Batches may be handled two at a time (consume_batch's concurrency): a job's batch waits for
+        # its earlier batch to be saved, so each job's reports still apply one after another.
+        earlier = {self._inflight[job] for job in mine if job in self._inflight}
+        done = asyncio.get_running_loop().create_future()
+        for job in mine:
+            self._inflight[job] = done
+        try:
+            if earlier:
+                await asyncio.wait(earlier)
+            for i, (msg, delivery) in enumerate(items):
+                if msg.cluster != self.cluster:  # not this detector's cluster: the one-by-one path, as ever
+                    try:
+                        await self.on_progress(msg, delivery)
+                    except Exception as exc:  # noqa: BLE001 - mapped by the bus, per message
+                        results[i] = exc
+            await self._progress_batch(items, mine, results)
+        finally:
+            for job in mine:
+                if self._inflight.get(job) is done:
+                    del self._inflight[job]
+            done.set_result(None)
+        return results
+
+    async def _progress_batch(self, items: list[tuple[ProgressReported, Delivery]], mine: dict[str, list[int]],
+                              results: list[Exception | None]) -> None:
         held = self.cache.held(mine)
         loaded = await self.state.progress_many(self.cluster, list(mine), {j: t for j, (t, _) in held.items()})
         saves, found, saved = [], [], []
@@ -161,7 +183,6 @@ class ProgressTracker:
             except Exception as exc:  # noqa: BLE001 - its messages are retried; the state is saved already
                 for i in indexes:
                     results[i] = exc
-        return results
 
     async def on_attempt(self, job_id: str, attempt: int, running: bool, finished: bool) -> None:
         """Called on every JobObserved: a new attempt starts fresh; a finished one stops being watched."""
@@ -316,7 +337,9 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
              ) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
     """The attempt's states after `marks` seen at `at`; None when they belong to an older attempt than
     the one tracked. A newer attempt starts fresh."""
-    at = seconds(at)  # once, not in each of the pure functions below
+    # Once, not in each of the pure functions below; to the millisecond, which is all any verdict needs,
+    # since the state is stored for every report and 17-digit floats make it half again as long.
+    at = round(seconds(at), 3)
     if current is None or current[0] != attempt:
         if current is not None and current[0] > attempt:
             return None

@@ -4,10 +4,9 @@ the attempt each job is on, and which attempts already have an anomaly.
 Nothing here is needed by another replica that Redis does not hold; a restarted detector resumes
 from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: attempt, stdout,
 stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
-rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (JSON: the attempt's hang and straggler state),
-rl:progv:<c>:<job> (the token of the write that made rl:prog what it is: a reader that holds that
-state decoded already need not read it again; every write of rl:prog sets it, every delete deletes it),
-rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
+rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (the attempt's hang and straggler state: the
+token of the write that made it, a space, then JSON; a reader that holds the state of that very write
+decoded already need not read it again), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
 (present while this Redis holds rebuilt state; its absence means the data was lost).
 """
 
@@ -107,19 +106,14 @@ class HotState:
                                     ex=ANOMALY_TTL_S))
 
     async def progress(self, cluster: str, job_id: str) -> dict | None:
-        raw = await self._call(self.r.get(f"rl:prog:{cluster}:{job_id}"))
-        try:
-            return orjson.loads(raw) if raw else None
-        except ValueError:
-            return None
+        return _state(await self._call(self.r.get(f"rl:prog:{cluster}:{job_id}")))[1]
 
     async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> str:
         """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically; returns
         the write's token."""
         token = self._token()
         pipe = self.r.pipeline(transaction=True)
-        pipe.set(f"rl:prog:{cluster}:{job_id}", orjson.dumps(data), ex=ANOMALY_TTL_S)
-        pipe.set(f"rl:progv:{cluster}:{job_id}", token, ex=ANOMALY_TTL_S)
+        pipe.set(f"rl:prog:{cluster}:{job_id}", token.encode() + b" " + orjson.dumps(data), ex=ANOMALY_TTL_S)
         if deadline is None:
             pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         else:
@@ -148,16 +142,12 @@ class HotState:
         replies = await self._call(self._read_progress(keys=[], args=args))
         out: dict[str, tuple[dict[str, str], str | None, dict | None | Held]] = {}
         for i, job_id in enumerate(job_ids):
-            fields, raw, token = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
-            data: dict | None | Held
-            if token is not None and token == held.get(job_id):
-                data = HELD
+            fields, raw = replies[2 * i], replies[2 * i + 1]
+            fields = {k: v for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}
+            if raw == "=":  # the state of the very write the caller holds
+                out[job_id] = (fields, held[job_id], HELD)
             else:
-                try:
-                    data = orjson.loads(raw) if raw else None
-                except ValueError:
-                    data = None
-            out[job_id] = ({k: v for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}, token, data)
+                out[job_id] = (fields, *_state(raw))
         return out
 
     async def save_progress_many(self, cluster: str, saves: list[tuple[str, dict, float | None, bool]]) -> list[str]:
@@ -171,15 +161,15 @@ class HotState:
         for job_id, data, deadline, first in saves:
             token = self._token()
             tokens.append(token)
-            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} {token}")
-            states.append(orjson.dumps(data))
+            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'}")
+            states.append(token.encode() + b" " + orjson.dumps(data))
         await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
                                                               b"\n".join(states)]))
         return tokens
 
     async def forget_progress(self, cluster: str, job_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(f"rl:prog:{cluster}:{job_id}", f"rl:progv:{cluster}:{job_id}")
+        pipe.delete(f"rl:prog:{cluster}:{job_id}")
         pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         await self._call(pipe.execute())
 
@@ -229,7 +219,8 @@ return 0
 _READ_PROGRESS = """
 -- ARGV: the cluster, the hash fields to read, the job ids, and per job the token of the state the
 -- caller holds ('-' for none); the last three separated by spaces.
--- Returns per job: the fields, the state (false when the caller holds it), the state's token.
+-- Returns per job: the fields, and the state ('=' when it is the very write the caller holds, false
+-- when there is none).
 local c = ARGV[1]
 local fields = {}
 for f in string.gmatch(ARGV[2], '%S+') do fields[#fields + 1] = f end
@@ -240,20 +231,20 @@ local n = 0
 for id in string.gmatch(ARGV[3], '%S+') do
   n = n + 1
   out[#out + 1] = redis.call('HMGET', 'rl:job:' .. c .. ':' .. id, unpack(fields))
-  local token = redis.call('GET', 'rl:progv:' .. c .. ':' .. id)
-  if token and token == held[n] then
-    out[#out + 1] = false
+  local state = redis.call('GET', 'rl:prog:' .. c .. ':' .. id)
+  local token = held[n]
+  if state and string.sub(state, 1, #token + 1) == token .. ' ' then
+    out[#out + 1] = '='
   else
-    out[#out + 1] = redis.call('GET', 'rl:prog:' .. c .. ':' .. id)
+    out[#out + 1] = state
   end
-  out[#out + 1] = token
 end
 return out
 """
 
 _SAVE_PROGRESS = """
--- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen> <token>',
--- and the jobs' states (JSON), one line each, in the same order.
+-- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen>',
+-- and the jobs' states ('<token> <JSON>'), one line each, in the same order.
 local ttl, c = ARGV[1], ARGV[2]
 local deadlines = 'rl:hangdl:' .. c
 local heads = {}
@@ -261,9 +252,8 @@ for line in string.gmatch(ARGV[3], '[^\\n]+') do heads[#heads + 1] = line end
 local i = 0
 for state in string.gmatch(ARGV[4], '[^\\n]+') do
   i = i + 1
-  local id, deadline, first, token = string.match(heads[i], '^(%S+) (%S+) (%S+) (%S+)$')
+  local id, deadline, first = string.match(heads[i], '^(%S+) (%S+) (%S+)$')
   redis.call('SET', 'rl:prog:' .. c .. ':' .. id, state, 'EX', ttl)
-  redis.call('SET', 'rl:progv:' .. c .. ':' .. id, token, 'EX', ttl)
   if deadline == '-' then
     redis.call('ZREM', deadlines, id)
   else
@@ -278,6 +268,19 @@ if i ~= #heads then
 end
 return 0
 """
+
+
+def _state(raw: str | None) -> tuple[str | None, dict | None]:
+    """A stored progress state as (its write's token, the state); (None, None) when there is none or it
+    cannot be read (the attempt's tracking starts afresh)."""
+    if not raw:
+        return None, None
+    token, _, body = raw.partition(" ") if not raw.startswith("{") else ("", "", raw)
+    try:
+        data = orjson.loads(body)
+    except ValueError:
+        return None, None
+    return (token or None), (data if isinstance(data, dict) else None)
 
 
 def nodes_field(nodes: list[str]) -> str:

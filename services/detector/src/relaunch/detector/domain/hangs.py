@@ -154,7 +154,8 @@ def observe_progress(state: HangState, step: int | None, now: float | dt.datetim
     learn = (not backwards and new_high and state.progress_at is not None and not state.gap_has_save
              and now > state.progress_at)
     if learn:
-        intervals = (intervals + (now - state.progress_at,))[-max(1, min(keep, MAX_WINDOW)):]
+        # (to the microsecond: the state is stored for every report, and 17-digit floats double its size)
+        intervals = (intervals + (round(now - state.progress_at, 6),))[-max(1, min(keep, MAX_WINDOW)):]
     save_started_at, longest, ended = state.save_started_at, state.longest_save_s, state.save_ended_at
     if save_started_at is not None and not backwards:
         # Training moved on: the save is over even if no end line came (HF prints none; async saves
