@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume, consume_batch, handled_until
@@ -56,10 +57,10 @@ async def amain() -> None:
             # Different jobs' log batches and observations concurrently; one job's in order.
             consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop, batch=64, per_subject=True),
             consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop, batch=64, per_subject=True),
-            # Two batches at once: one is computed while the other waits on Redis (the tracker keeps
+            # Three batches at once: one is computed while the others wait on Redis (the tracker keeps
             # each job's batches in order).
             consume_batch(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress_batch, stop,
-                          concurrency=2),
+                          concurrency=3),
             tracker.sweep(stop),
             rebuilder.run(stop),
         ]
@@ -73,5 +74,14 @@ async def amain() -> None:
                       health_host=common.health_host)
 
 
+GC_THRESHOLDS = (100_000, 50, 1000)
+"""The cyclic collector's thresholds in the detector (Python's default is 700, 10, 10). Progress
+tracking makes a few short-lived tuples per report and keeps each job's state decoded (statecache):
+with the defaults, collections that walk those states took a fifth of the detector's CPU at 10,000
+reports a second. Reference counting still frees everything at once; only cyclic garbage waits longer."""
+
+
 def main() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
+    gc.freeze()  # what start-up made (modules, the catalogue) lives as long as the process: never walk it
     asyncio.run(amain())
