@@ -51,7 +51,7 @@ bench: setup
 # detector and decider (no actuator: the jobs exist only on the bus). Results in bench/results/.
 BENCH_LOAD_STACK := RELAUNCH_RUN_DIR=.run/bench-load RELAUNCH_PORT_BASE=15000
 JOBS ?= 10000
-DURATION ?= 60
+DURATION ?= 120
 bench-load: setup
 	@$(BENCH_LOAD_STACK) bash scripts/stack.sh infra-up
 	@$(BENCH_LOAD_STACK) $(PY) bench/load.py --run-dir .run/bench-load --jobs $(JOBS) --duration $(DURATION); \

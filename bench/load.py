@@ -635,7 +635,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--failures", type=int, help="jobs that fail at once (default: a tenth of --jobs)")
     ap.add_argument("--rate-hz", type=float, default=1.0, help="progress reports per job per second")
-    ap.add_argument("--duration", type=float, default=60.0, help="seconds of steady progress before the failures")
+    ap.add_argument("--duration", type=float, default=120.0,
+                    help="seconds of steady progress before the failures (by 100 s every job's state is full-size: "
+                         "100 hang intervals, 45 straggler samples)")
     ap.add_argument("--drain-msgs", type=int, default=0, help="backlog for the side-by-side drain (default: "
                                                               "10 s of the offered rate)")
     ap.add_argument("--bare-batch", type=int, default=16, help="fetch batch of the bare consumer")

@@ -150,9 +150,10 @@ class HotState:
                 out[job_id] = (fields, *_state(raw))
         return out
 
-    async def save_progress_many(self, cluster: str, saves: list[tuple[str, dict, float | None, bool]]) -> list[str]:
-        """save_progress for many jobs at once, atomically (one script): (job, state, deadline, first
-        progress seen, which marks the job's progress_seen). Returns each write's token, in order."""
+    async def save_progress_many(self, cluster: str, saves: list[tuple[str, bytes, float | None, bool]]) -> list[str]:
+        """save_progress for many jobs at once, atomically (one script): (job, state as JSON (orjson's,
+        so without a newline), deadline, first progress seen, which marks the job's progress_seen).
+        Returns each write's token, in order."""
         if not saves:
             return []
         # One argument for every job's id, deadline, progress_seen mark and token, one for the states
@@ -162,7 +163,7 @@ class HotState:
             token = self._token()
             tokens.append(token)
             heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'}")
-            states.append(token.encode() + b" " + orjson.dumps(data))
+            states.append(token.encode() + b" " + data)
         await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
                                                               b"\n".join(states)]))
         return tokens

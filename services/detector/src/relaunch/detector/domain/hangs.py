@@ -122,6 +122,14 @@ class HangState:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"hang state is malformed: {exc}") from exc
 
+    @classmethod
+    def from_own_dict(cls, data: Mapping[str, Any]) -> HangState:
+        """from_dict for what to_dict of this very process made (no checks: it runs for every report)."""
+        return cls(watched_since=data["watched_since"], last_step=data["last_step"], high_step=data["high_step"],
+                   progress_at=data["progress_at"], intervals=tuple(data["intervals"]),
+                   save_started_at=data["save_started_at"], save_ended_at=data["save_ended_at"],
+                   longest_save_s=data["longest_save_s"], gap_has_save=data["gap_has_save"])
+
 
 @dataclass(frozen=True)
 class Hang:

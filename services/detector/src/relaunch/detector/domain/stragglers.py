@@ -119,6 +119,13 @@ class StragglerState:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"straggler state is malformed: {exc}") from exc
 
+    @classmethod
+    def from_own_dict(cls, data: Mapping[str, Any]) -> StragglerState:
+        """from_dict for what to_dict of this very process made (no checks: it runs for every report)."""
+        return cls(unit=data["unit"], high_step=data["high_step"], samples=tuple(map(tuple, data["samples"])),
+                   total=data["total"], rank_times={int(k): tuple(v) for k, v in data["rank_times"].items()}
+                   if data["rank_times"] else {})
+
 
 @dataclass(frozen=True)
 class Straggler:
