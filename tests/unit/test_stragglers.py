@@ -197,3 +197,13 @@ def test_keeping_only_the_samples_a_verdict_reads_changes_no_verdict(seed):
 @given(st.lists(st.floats(0.001, 1e9, allow_nan=False), min_size=1, max_size=30))
 def test_the_window_median_is_statistics_median(values):
     assert _median(values) == statistics.median(values)
+
+
+def test_a_version_1_state_from_an_older_release_reads_as_the_same_state():
+    state = feed(StragglerState(), [100.0] * 12 + [60.0] * 3)
+    v1 = {"v": 1, "unit": state.unit, "high_step": state.high_step, "total": state.total, "rank_times": {},
+          "samples": [[r, t] for r, t in state.samples]}
+    assert StragglerState.from_dict(json.loads(json.dumps(v1))) == state
+    assert StragglerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+    with pytest.raises(ValueError):
+        StragglerState.from_dict({**state.to_dict(), "times": []})

@@ -223,9 +223,12 @@ def deadline(state: HangState, policy: HangPolicy) -> float:
     """When the job is hung unless it shows life first: the score for a sweep over many jobs. The same
     number as verdict's, without the reason texts (this runs for every progress report)."""
     anchor = max(t for t in (state.watched_since, state.progress_at, state.save_ended_at) if t is not None)
-    recent = state.intervals[-policy.window:]
+    intervals = state.intervals
+    recent = intervals if len(intervals) <= policy.window else intervals[-policy.window:]
     if state.progress_at is None or len(recent) < policy.min_intervals:
         timeout = policy.warmup_s
+    elif policy.multiplier * max(recent) <= policy.floor_s:
+        timeout = policy.floor_s  # the percentile is at most the largest: no need to sort for it
     else:
         timeout = max(policy.multiplier * percentile(recent, policy.percentile), policy.floor_s)
     due = anchor + timeout

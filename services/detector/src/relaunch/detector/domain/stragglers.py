@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping
 from .clock import seconds, when
 from .progress import ProgressPoint
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 MAX_SAMPLES = 256
 MAX_RANK_POINTS = 16
 
@@ -95,26 +95,42 @@ class StragglerState:
     unit: str | None = None
     """`<preset>:throughput` or `<preset>:step_time`, fixed by the first sample."""
     high_step: int | None = None
-    samples: tuple[tuple[float, float], ...] = ()
-    """(rate, seen_at), oldest first, the last MAX_SAMPLES of them."""
+    rates: tuple[float, ...] = ()
+    """The samples' rates, oldest first, the last MAX_SAMPLES of them."""
+    times: tuple[float, ...] = ()
+    """When each of `rates` was seen (two flat tuples rather than pairs: the state is decoded and
+    encoded for every report)."""
     total: int = 0
     """Samples ever taken: windows are aligned on it, so trimming old samples never shifts them."""
     rank_times: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     """Recent step times per rank. Never mutated: every change builds a new dict."""
 
+    @property
+    def samples(self) -> tuple[tuple[float, float], ...]:
+        """(rate, seen_at) pairs, oldest first."""
+        return tuple(zip(self.rates, self.times))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (tuples are arrays to json and orjson; not copied into lists: states are written for every report)."""
-        return {"v": STATE_VERSION, "unit": self.unit, "high_step": self.high_step,
-                "samples": self.samples, "total": self.total,
+        return {"v": STATE_VERSION, "unit": self.unit, "high_step": self.high_step, "rates": self.rates,
+                "times": self.times, "total": self.total,
                 "rank_times": {str(rank): list(times) for rank, times in self.rank_times.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StragglerState:
-        if data.get("v") != STATE_VERSION:
+        """Version 2, or version 1 (samples as [rate, seen_at] pairs) from an older release."""
+        if data.get("v") not in (1, STATE_VERSION):
             raise ValueError(f"straggler state version {data.get('v')!r} is not {STATE_VERSION}")
         try:
+            if data["v"] == 1:
+                pairs = [(float(r), float(t)) for r, t in data["samples"]]
+                rates, times = tuple(r for r, _ in pairs), tuple(t for _, t in pairs)
+            else:
+                rates, times = tuple(float(r) for r in data["rates"]), tuple(float(t) for t in data["times"])
+                if len(rates) != len(times):
+                    raise ValueError(f"{len(rates)} rates but {len(times)} times")
             return cls(unit=data["unit"], high_step=None if data["high_step"] is None else int(data["high_step"]),
-                       samples=tuple((float(r), float(t)) for r, t in data["samples"]), total=int(data["total"]),
+                       rates=rates, times=times, total=int(data["total"]),
                        rank_times={int(k): tuple(float(x) for x in v) for k, v in data["rank_times"].items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"straggler state is malformed: {exc}") from exc
@@ -122,9 +138,9 @@ class StragglerState:
     @classmethod
     def from_own_dict(cls, data: Mapping[str, Any]) -> StragglerState:
         """from_dict for what to_dict of this very process made (no checks: it runs for every report)."""
-        return cls(unit=data["unit"], high_step=data["high_step"], samples=tuple(map(tuple, data["samples"])),
-                   total=data["total"], rank_times={int(k): tuple(v) for k, v in data["rank_times"].items()}
-                   if data["rank_times"] else {})
+        return cls(unit=data["unit"], high_step=data["high_step"], rates=tuple(data["rates"]),
+                   times=tuple(data["times"]), total=data["total"],
+                   rank_times={int(k): tuple(v) for k, v in data["rank_times"].items()} if data["rank_times"] else {})
 
 
 @dataclass(frozen=True)
@@ -163,7 +179,7 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
     read and rewritten on every report, so its size is the detector's ingest cost)."""
     now = seconds(now)
     unit, high, total = state.unit, state.high_step, state.total
-    samples = list(state.samples)
+    rates, times = list(state.rates), list(state.times)
     ranks: dict[int, tuple[float, ...]] | None = None
     for point in points:
         measured = rate_of(point)
@@ -184,13 +200,14 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
             if high is not None and point.step <= high:
                 continue  # another rank's copy of a step already counted, or a counter that went back
             high = point.step
-        samples.append((_six_digits(rate), now))
+        rates.append(_six_digits(rate))
+        times.append(now)
         total += 1
     if total == state.total and ranks is None:
         return state if unit == state.unit else replace(state, unit=unit)
     keep = max(1, min(keep, MAX_SAMPLES))
-    return StragglerState(unit=unit, high_step=high, samples=tuple(samples[-keep:]), total=total,
-                          rank_times=state.rank_times if ranks is None else ranks)
+    return StragglerState(unit=unit, high_step=high, rates=tuple(rates[-keep:]), times=tuple(times[-keep:]),
+                          total=total, rank_times=state.rank_times if ranks is None else ranks)
 
 
 def _six_digits(rate: float) -> float:
@@ -203,12 +220,12 @@ def windows(state: StragglerState, policy: StragglerPolicy, last: int | None = N
     """The complete windows still held (or only the `last` of them), oldest first, as (median rate,
     started_at)."""
     # index in `samples` just past the last complete window: the newest samples may be a partial one
-    end = len(state.samples) - state.total % policy.window_points
+    end = len(state.rates) - state.total % policy.window_points
     result: list[tuple[float, float]] = []
     while end - policy.window_points >= 0 and (last is None or len(result) < last):
-        chunk = state.samples[end - policy.window_points:end]
-        result.append((_median([r for r, _ in chunk]), chunk[0][1]))
-        end -= policy.window_points
+        start = end - policy.window_points
+        result.append((_median(list(state.rates[start:end])), state.times[start]))
+        end = start
     result.reverse()
     return result
 
