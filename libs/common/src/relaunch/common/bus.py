@@ -264,7 +264,7 @@ async def consume_batch(
     a batch with a task and a timer of its own: at 10,000 messages a second that was a fifth of the
     detector's work).
     """
-    if await _bind(bus, spec, stop) is None:
+    if await _bind(bus, spec, stop, subscribe=False) is None:
         return
     puller = await BatchPuller(bus, spec).start()
     consumed = {outcome: CONSUMED.labels(bus.service, spec.durable, outcome)
@@ -450,8 +450,9 @@ async def handled_until(bus: Bus, spec: subjects.ConsumerSpec, now: float) -> fl
     return min(now, stamp.timestamp())
 
 
-async def _bind(bus: Bus, spec: subjects.ConsumerSpec, stop: asyncio.Event):
-    """The pull subscription on `spec`'s durable, created or updated first; None when stopped meanwhile."""
+async def _bind(bus: Bus, spec: subjects.ConsumerSpec, stop: asyncio.Event, subscribe: bool = True):
+    """The pull subscription on `spec`'s durable, created or updated first; None when stopped meanwhile.
+    `subscribe` False: only create or update the durable (True once done), for BatchPuller's own pulls."""
     config = ConsumerConfig(
         durable_name=spec.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
         ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject,
@@ -464,6 +465,8 @@ async def _bind(bus: Bus, spec: subjects.ConsumerSpec, stop: asyncio.Event):
                 await bus.js.add_consumer(spec.stream.name, config)
             except nats.js.errors.BadRequestError as exc:
                 log.warning("%s: keeping the existing consumer's settings: %s", spec.durable, exc)
+            if not subscribe:
+                return True
             return await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.js.errors.APIError) as exc:
             log.warning("%s: cannot bind consumer yet: %s", spec.durable, exc)

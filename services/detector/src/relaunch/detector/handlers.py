@@ -27,9 +27,10 @@ log = logging.getLogger(__name__)
 
 
 PATHS_REFRESH_S = 60.0
-"""How often the follower re-reads every followed job's file names from Redis whatever happened (a
-job's files change only with a JobObserved, which this process hears of at once, and another
-replica's changes the followed set's version; this is the safety net)."""
+"""How often the follower re-reads every followed job's file names from Redis whatever happened. A
+job's files change only with a JobObserved: this process hears of its own at once, and a job that
+another replica starts following changes the followed set's version; a new file name that another
+replica saw for a job already followed waits for this refresh (that replica reads the file meanwhile)."""
 
 
 QUIET_S = 10.0

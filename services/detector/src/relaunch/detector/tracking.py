@@ -15,10 +15,9 @@ import contextlib
 import datetime as dt
 import json
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
-
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
@@ -117,7 +116,7 @@ class ProgressTracker:
         for i, (msg, _) in enumerate(items):
             if msg.cluster == self.cluster:
                 mine.setdefault(msg.job_id, []).append(i)
-        # Batches may be handled two at a time (consume_batch's concurrency): a job's batch waits for
+        # Several batches may be in here at once (consume_batch's concurrency): a job's batch waits for
         # its earlier batch to be saved, so each job's reports still apply one after another.
         earlier = {self._inflight[job] for job in mine if job in self._inflight}
         done = asyncio.get_running_loop().create_future()
