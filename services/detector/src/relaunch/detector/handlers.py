@@ -134,9 +134,7 @@ class Follower:
 
     def _forget_unfollowed(self, followed: set[str]) -> None:
         for job in [j for j in self._paths if j not in followed]:
-            for path in self._paths.pop(job, ()):
-                self._sizes.pop((job, path), None)
-                self._changed_at.pop((job, path), None)
+            self.refresh(job)
         for job in [j for j, lock in self._locks.items() if j not in followed and not lock.locked()]:
             del self._locks[job]
 
