@@ -35,7 +35,8 @@ def consumed(env: dict, port_offset: int, consumer: str, outcome: str) -> float:
 DECIDER_HEALTH = 92  # scripts/stack.sh: HEALTH_DECIDER = PORT_BASE + 92
 
 
-async def fault_mid_recovery(services: dict, result: Result, step: str, fault, pause_s: float) -> None:
+async def fault_mid_recovery(services: dict, result: Result, step: str, fault, pause_s: float,
+                             timeout: float = 90) -> None:
     """Wait until the actuator has taken `step` of a recovery, apply `fault`, wait `pause_s`, start what
     is down again, and check that the recovery still ends exactly once."""
     started = time.monotonic()
@@ -45,7 +46,7 @@ async def fault_mid_recovery(services: dict, result: Result, step: str, fault, p
         await asyncio.sleep(pause_s)
         restore(services)
         result.trials = 1
-        seen = await wait_converged(services, [job], timeout=90)
+        seen = await wait_converged(services, [job], timeout=timeout)
         result.add_jobs(seen)
     finally:
         restore(services)
@@ -63,9 +64,18 @@ async def test_nats_restarted_mid_recovery_completes_exactly_once(services, step
 
 
 async def test_slurmctld_restarted_during_a_reconcile_converges_exactly_once(services):
-    result = Result("faults_slurmctld_restart", "slurmctld stopped for 3 s and restarted after `requeuehold`")
-    # the actuator's next Slurm command fails: it must look again
-    await fault_mid_recovery(services, result, "requeuehold", lambda: stop_server(services, "slurmctld"), pause_s=3)
+    result = Result("faults_slurmctld_restart", "slurmctld stopped for 3 s and restarted after `release`")
+    # The actuator's next Slurm command (start_now) fails: it must look again, see that the job was
+    # already requeued (Restarts advanced) and finish without a second requeue.
+    # The fault comes after `release`, not right after `requeuehold`: Slurm 22.05 has a hazard of its
+    # own there. A requeued job gets a new accounting record; if slurmctld stops while it is asking
+    # slurmdbd for that record's index, the job is saved with the index "being set" and, after the
+    # restart, every update of it is refused ("the DB index is being set") until it starts, which a
+    # held job never does (seen once in CI: stopped 42 ms after requeuehold, refused for 6+ minutes).
+    # The actuator reports such refusals (tests/unit/test_actuator_refusals.py); a released job is not
+    # stuck by it: the scheduler starts it after Slurm's 120 s requeue delay at the latest.
+    await fault_mid_recovery(services, result, "release", lambda: stop_server(services, "slurmctld"), pause_s=3,
+                             timeout=150)
 
 
 async def test_postgres_down_30s_decider_backs_off_and_issues_the_advice_after(services):

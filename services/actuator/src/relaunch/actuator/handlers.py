@@ -6,6 +6,7 @@ Handlers only load -> plan -> do at most one step -> publish; the decisions are 
 from __future__ import annotations
 
 import logging
+import time
 
 import nats.js.errors
 from prometheus_client import Counter
@@ -21,6 +22,7 @@ from .adapters.slurm import Slurm
 from .domain.draining import Drain, plan_drains
 from .domain.observing import Observed
 from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, plan, would_run
+from .domain.refusals import Refusals, describe
 from .metrics import observe_recovery
 from .observer import Observer  # noqa: F401  (re-exported: the composition root wires it from here)
 
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 RECONCILE_OUTCOMES = Counter("relaunch_reconcile_outcomes_total", "Terminal reconcile outcomes",
                              ["status", "reason"])
 STEPS = Counter("relaunch_reconcile_steps_total", "Reconcile steps taken", ["step", "mode"])
+REFUSALS = Counter("relaunch_slurm_refusals_total",
+                   "Reconcile steps Slurm refused or did not answer (retried later)", ["step"])
 
 
 class Reconciler:
@@ -39,6 +43,8 @@ class Reconciler:
         self.bus, self.slurm, self.mode, self.holds = bus, slurm, mode, holds
         self.limit, self.partitions, self.drain_nodes = limit, partitions, drain_nodes
         self._drain_rejected: set[tuple[str, str, int, str]] = set()
+        self.refusals = Refusals()
+        self.clock = time.monotonic
 
     async def newest_generation(self, advice: Advice) -> int:
         try:
@@ -126,17 +132,38 @@ class Reconciler:
             if p.step == "requeuehold":
                 # Recorded before the command: if we die right after it, the watchdog can release.
                 await self.holds.record(advice.cluster, job, advice.generation, advice.attempt)
+        refusal_key = (advice.cluster, job, advice.generation, p.step)
         try:
             await self.slurm.run_step(p.step, job, nodes)
         except PermanentError as exc:
             await self._audit(advice, f"{p.step} rejected", str(exc), key + ".rejected")
             await self._finish(advice, "ABANDONED", SCHEDULER_REJECTED, str(exc))
             raise _Done() from exc
+        except TemporaryError as exc:
+            await self._refused(advice, p.step, nodes, key, refusal_key, exc)
+            raise
+        if (past := self.refusals.accepted(refusal_key)) is not None and past.warnings:
+            log.warning("advice %s/%s gen %d: Slurm accepted %s after refusing it %d times over %.0f s",
+                        advice.cluster, job, advice.generation, p.step, past.count, past.lasted_s)
         STEPS.labels(p.step, "act").inc()
         await self._audit(advice, p.step, " ".join(self.slurm.argv(p.step, job, nodes)), key)
         status = ReconcileStatus(cluster=advice.cluster, job_id=job, generation=advice.generation,
                                  status="PENDING", reason=p.reason, step=p.step, detail=p.detail, at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, job), status, msg_id=key + ".status")
+
+    async def _refused(self, advice: Advice, step: str, nodes: list[str], key: str,
+                       refusal_key: tuple[str, str, int, str], exc: TemporaryError) -> None:
+        """A step Slurm refused for now: retried by the caller; a refusal that lasts is warned of and audited."""
+        REFUSALS.labels(step).inc()
+        due = self.refusals.refused(refusal_key, str(exc)[:500], self.clock())
+        if due is None:
+            return
+        text = describe(step, " ".join(self.slurm.argv(step, advice.job_id, nodes)), due)
+        log.warning("advice %s/%s gen %d: %s", advice.cluster, advice.job_id, advice.generation, text)
+        try:
+            await self._audit(advice, f"{step} refused", text[:1000], f"{key}.refused.{due.warnings}")
+        except Exception as audit_exc:  # noqa: BLE001  (the warning is logged; the retry must go on)
+            log.warning("could not publish the refusal audit entry: %s", audit_exc)
 
     async def _audit(self, advice: Advice, action: str, detail: str, key: str) -> None:
         entry = AuditEntry(cluster=advice.cluster, job_id=advice.job_id, service="actuator", action=action,
@@ -152,6 +179,7 @@ class Reconciler:
         if status == "CONVERGED":
             await observe_recovery(self.bus, advice, msg.at)
         await self.holds.forget(advice.cluster, advice.job_id)
+        self.refusals.forget(advice.cluster, advice.job_id, advice.generation)
         log.info("advice %s/%s gen %d: %s (%s) %s", advice.cluster, advice.job_id, advice.generation,
                  status, reason, detail)
 
