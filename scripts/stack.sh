@@ -4,7 +4,7 @@
 # keeps every attempt after slurmctld forgets the job) and the relaunch services, on loopback, state under $RUN.
 #
 #   scripts/stack.sh up | down | infra-up | services-up | services-down | status
-#   scripts/stack.sh stop nats|redis|postgres|slurmctld   (one server, for fault tests; infra-up restarts it)
+#   scripts/stack.sh stop nats|redis|postgres|slurmctld|slurmdbd   (one server, for fault tests; infra-up restarts it)
 #
 # Environment: RELAUNCH_RUN_DIR (default .run), RELAUNCH_PORT_BASE (default 14000),
 # RELAUNCH_CLUSTER (default local). Ports are PORT_BASE + fixed offsets (see below), so a second
@@ -350,12 +350,12 @@ down() {
 
 stop_server() {  # one infrastructure server, for fault tests (tests/reliability); infra-up starts it again
   case "${1:-}" in
-    nats|redis|slurmctld) stop_pidfile "$RUN/pids/$1.pid" ;;
+    nats|redis|slurmctld|slurmdbd) stop_pidfile "$RUN/pids/$1.pid" ;;
     postgres)
       local pgdata; pgdata=$(pg_dir)/data
       as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" status >/dev/null 2>&1 && as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null
       return 0 ;;
-    *) die "usage: $0 stop nats|redis|postgres|slurmctld" ;;
+    *) die "usage: $0 stop nats|redis|postgres|slurmctld|slurmdbd" ;;
   esac
 }
 

@@ -52,7 +52,7 @@ def sigkill(env: dict, name: str) -> int:
 
 
 def stop_server(env: dict, server: str) -> None:
-    """Stop one infrastructure server cleanly (scripts/stack.sh stop: nats|redis|postgres|slurmctld)."""
+    """Stop one infrastructure server cleanly (scripts/stack.sh stop: nats|redis|postgres|slurmctld|slurmdbd)."""
     stack(env, "stop", server)
 
 

@@ -72,8 +72,9 @@ async def test_slurmctld_restarted_during_a_reconcile_converges_exactly_once(ser
     # slurmdbd for that record's index, the job is saved with the index "being set" and, after the
     # restart, every update of it is refused ("the DB index is being set") until it starts, which a
     # held job never does (seen once in CI: stopped 42 ms after requeuehold, refused for 6+ minutes).
-    # The actuator reports such refusals (tests/unit/test_actuator_refusals.py); a released job is not
-    # stuck by it: the scheduler starts it after Slurm's 120 s requeue delay at the latest.
+    # test_faults_slurm_accounting.py makes that state on purpose and checks that the actuator reports
+    # it. A released job is not stuck by it: the scheduler starts it after Slurm's 120 s requeue delay
+    # at the latest, and the start sets the index.
     await fault_mid_recovery(services, result, "release", lambda: stop_server(services, "slurmctld"), pause_s=3,
                              timeout=150)
 

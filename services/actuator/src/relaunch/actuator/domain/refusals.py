@@ -22,8 +22,9 @@ Key = tuple[str, str, int, str]
 _HINTS = (
     ("the DB index is being set",
      "Slurm refuses every update of a job whose accounting record it is still creating. If slurmctld "
-     "stopped right after the requeue, Slurm 22.05 can keep refusing until the job starts, and a held "
-     "job never starts: see 'Held job refused after a slurmctld restart' in docs/operator-guide.md"),
+     "stopped right after the requeue, Slurm 22.05 keeps refusing until the job starts, and a held "
+     "job never starts; stopping slurmdbd for about 10 s clears it: see 'When Slurm keeps refusing a "
+     "step' in docs/operator-guide.md"),
     ("timed out",
      "slurmctld did not answer in time: is it overloaded or restarting? (scontrol ping)"),
     ("Unable to contact slurm controller",
