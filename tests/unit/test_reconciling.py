@@ -54,6 +54,17 @@ def test_eligible_or_running_successor_converges():
     assert plan(advice(), obs(state="COMPLETED", restarts=1), NOW, 1).kind == "converged"
 
 
+def test_a_successor_running_on_an_excluded_node_converges_with_a_notice_and_no_second_requeue():
+    a = advice(exclude_nodes=["node2", "node3"])
+    p = plan(a, obs(state="RUNNING", restarts=1, nodes=("node1", "node3")), NOW, 1)
+    assert (p.kind, p.step) == ("converged", None)
+    assert p.notice == p.detail == ("successor (restart 1) is RUNNING on node3, which this Advice excludes: the "
+                                    "successor left the hold before the exclusion was set (released by the "
+                                    "watchdog or by hand?)")
+    assert plan(a, obs(state="RUNNING", restarts=1, nodes=("node1", "node4")), NOW, 1).notice == ""
+    assert plan(advice(), obs(state="RUNNING", restarts=1, nodes=("node3",)), NOW, 1).notice == ""
+
+
 @pytest.mark.parametrize("restarts", [1, 2, 5])
 @pytest.mark.parametrize("state", ["FAILED", "RUNNING", "PENDING", "COMPLETING", "COMPLETED"])
 def test_replay_after_the_requeue_never_requeues_again(restarts, state):

@@ -62,6 +62,10 @@ class Reconciler:
         drains = await self._drains_to_do(advice)
         p = plan(advice, observed, utcnow(), newest, self.partitions, drains)
         if p.kind in ("converged", "abandoned"):
+            if p.notice:
+                log.warning("advice %s/%s gen %d: %s", advice.cluster, advice.job_id, advice.generation, p.notice)
+                await self._audit(advice, "restarted on an excluded node", p.notice[:1000],
+                                  f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.excluded-node")
             await self._finish(advice, "CONVERGED" if p.kind == "converged" else "ABANDONED", p.reason, p.detail)
             return
         if self.mode == "observe":

@@ -52,6 +52,8 @@ class Plan:
     step: Step | None = None
     delay: float = 0.0
     drain: Drain | None = None
+    notice: str = ""
+    """Something the operator should hear about although the plan goes on (logged as a warning, audited)."""
 
 
 def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
@@ -110,7 +112,15 @@ def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime) -> Plan:
             return Plan("step", STEP_TAKEN, "start now instead of after Slurm's requeue delay", step="start_now")
         return Plan("converged", DESIRED_STATE_OBSERVED,
                     f"successor (restart {observed.restarts}) is pending, unheld and eligible now")
-    return Plan("converged", DESIRED_STATE_OBSERVED, f"successor (restart {observed.restarts}) is {state}")
+    detail = f"successor (restart {observed.restarts}) is {state}"
+    on_excluded = sorted(set(observed.nodes) & set(advice.exclude_nodes))
+    if not on_excluded:
+        return Plan("converged", DESIRED_STATE_OBSERVED, detail)
+    # It left the hold before the exclusion was set (the watchdog, a person, or Slurm released it).
+    # Requeueing it again would be a second restart: say so instead.
+    notice = (f"{detail} on {','.join(on_excluded)}, which this Advice excludes: the successor left the hold "
+              "before the exclusion was set (released by the watchdog or by hand?)")
+    return Plan("converged", DESIRED_STATE_OBSERVED, notice, notice=notice)
 
 
 def would_run(advice: Advice, observed: Observed) -> list[Step]:
