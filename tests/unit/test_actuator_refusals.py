@@ -11,7 +11,7 @@ import pytest
 from relaunch.actuator.adapters.slurm import Slurm
 from relaunch.actuator.domain.observing import Observed
 from relaunch.actuator.domain.reconciling import Plan
-from relaunch.actuator.domain.refusals import REPEAT_S, WARN_AFTER_S, Refusals, describe, hint
+from relaunch.actuator.domain.refusals import WARN_AFTER_S, Refusals, describe, hint
 from relaunch.actuator.handlers import Reconciler
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Advice, AuditEntry
