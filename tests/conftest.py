@@ -16,11 +16,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# RELAUNCH_TEST_SLURM picks the Slurm release of the test stack (22.05, the host's, by default; 24.11
+# and 26.05 from their release roots, docs/slurm-versions.md); each release has a stack of its own.
+SLURM = os.environ.get("RELAUNCH_TEST_SLURM") or "22.05"
+_DEFAULT_RUN = {"22.05": "test", "24.11": "test-24.11", "26.05": "test-26.05"}
+_DEFAULT_PORTS = {"22.05": "24000", "24.11": "25000", "26.05": "26000"}
+if SLURM not in _DEFAULT_RUN:
+    raise pytest.UsageError(f"RELAUNCH_TEST_SLURM={SLURM!r}: use one of {', '.join(_DEFAULT_RUN)}")
 # RELAUNCH_TEST_RUN_DIR / RELAUNCH_TEST_PORT_BASE let two checkouts run their suites side by side.
-RUN = Path(os.environ.get("RELAUNCH_TEST_RUN_DIR") or REPO / ".run" / "test").resolve()
+RUN = Path(os.environ.get("RELAUNCH_TEST_RUN_DIR") or REPO / ".run" / _DEFAULT_RUN[SLURM]).resolve()
 STACK_ENV = {
-    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": os.environ.get("RELAUNCH_TEST_PORT_BASE", "24000"),
-    "RELAUNCH_CLUSTER": "reltest",
+    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": os.environ.get("RELAUNCH_TEST_PORT_BASE", _DEFAULT_PORTS[SLURM]),
+    "RELAUNCH_CLUSTER": "reltest", "RELAUNCH_SLURM": SLURM,
     # Longer than a restarted actuator's wait for the old lease (<= 8 s), so that the watchdog only
     # steps in when every actuator is really gone; short enough for a test.
     "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1",
@@ -39,6 +46,8 @@ def _read_env(path: Path) -> dict[str, str]:
             key, _, value = line[len("export "):].partition("=")
             env[key] = value
     env.pop("PATH", None)
+    if SLURM != "22.05":  # the release's Slurm clients (wrappers in $RUN/slurm/bin) first, for the tests too
+        env["PATH"] = f"{RUN / 'slurm' / 'bin'}:{os.environ.get('PATH', '')}"
     # Tests that need an API token set it themselves; leaking the stack's into the process would
     # change what unit tests of the API see.
     env.pop("RELAUNCH_API_TOKEN_FILE", None)

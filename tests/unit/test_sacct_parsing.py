@@ -62,7 +62,7 @@ def test_no_records_no_chain():
 
 
 def test_squeue_submit_time_is_read_from_epoch_seconds():
-    listing = {"jobs": [{"job_id": 4, "comment": "relaunch", "job_state": "RUNNING", "submit_time": 1795974879,
+    listing = {"jobs": [{"job_id": 4, "comment": "relaunch", "job_state": "RUNNING", "restart_cnt": 0, "submit_time": 1795974879,
                          "nodes": "node1"}]}
     (job,) = opted_in_jobs(listing)
     assert job.submitted == dt.datetime.fromtimestamp(1795974879, dt.UTC)

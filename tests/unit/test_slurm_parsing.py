@@ -4,8 +4,9 @@ import pytest
 
 from relaunch.actuator.domain.hostlists import expand
 from relaunch.actuator.domain.observing import (
-    observed_from_scontrol, opted_in_jobs, parse_scontrol_line, wait_status_to_exit_code,
+    observed_from_scontrol, opted_in_jobs, parse_scontrol_line,
 )
+from relaunch.actuator.domain.slurm_values import exit_code
 
 # A real line from Slurm 22.05.8 (scontrol show job -o), after requeuehold.
 HELD = ("JobId=1 JobName=job.sh UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=0 Nice=0 Account=(null) "
@@ -53,9 +54,9 @@ def test_malformed_hostlists_are_refused(expr):
 
 
 def test_wait_status():
-    assert wait_status_to_exit_code(256) == 1
-    assert wait_status_to_exit_code(0) == 0
-    assert wait_status_to_exit_code(11) == 139  # killed by SIGSEGV
+    assert exit_code(256) == 1
+    assert exit_code(0) == 0
+    assert exit_code(11) == 139  # killed by SIGSEGV
 
 
 def test_only_opted_in_jobs_are_observed():

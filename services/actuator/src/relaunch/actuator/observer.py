@@ -38,7 +38,8 @@ from relaunch.common.schemas import JobObserved
 
 from .adapters.slurm import AccountingDisabled, Slurm
 from .domain.accounting import REQUEUE_LINK, AccountedAttempt, job_chain
-from .domain.observing import SqueueJob, opted_in_jobs
+from .domain.observing import Listing, SqueueJob, read_listing
+from .domain.slurm_values import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,10 @@ GONE_TRIES = 30
 """Polls to wait for a vanished job's final accounting record before giving up on it (logged)."""
 SWEEP_SLACK = dt.timedelta(seconds=30)
 """A sweep after a gap starts this long before the last good poll (clock skew, slow slurmdbd)."""
+UNREADABLE = Counter("relaunch_slurm_unreadable_fields_total",
+                     "Fields of a job in squeue --json the adapter could not read (once per job and field)",
+                     ["field"])
+POLL_ERRORS = Counter("relaunch_observer_errors_total", "Observer polls that failed unexpectedly (logged)")
 
 
 @dataclass
@@ -82,10 +87,15 @@ class Observer:
         self._partitions: tuple[float, dict[str, int]] | None = None
         self._last_ok: dt.datetime | None = None
         self._accounting = True
+        self._unreadable_seen: set[tuple[str, str]] = set()
+        self.slurm_version: str | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
+                if self.slurm_version is None:
+                    self.slurm_version = await self.slurm.version()
+                    log.info("observer: Slurm %s (squeue --json --states=all, sacct)", self.slurm_version)
                 if self.active():
                     await self.poll_once()
                 else:
@@ -93,6 +103,9 @@ class Observer:
                     self._last_ok = None  # ... and sweeps accounting for what it missed meanwhile
             except (TemporaryError, PermanentError) as exc:
                 log.warning("observer: %s", exc)
+            except Exception:  # noqa: BLE001  (never the end of the loop, nor of the actuator: look again)
+                POLL_ERRORS.inc()
+                log.exception("observer: unexpected error in a poll; polling again in %.1f s", self.interval_s)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
             except TimeoutError:
@@ -105,9 +118,13 @@ class Observer:
             sweep_from = started - self.history_window
         elif started - self._last_ok > self.gap:
             sweep_from = self._last_ok - SWEEP_SLACK
-        listing = await self.slurm.list_jobs()
-        listed = {str(entry.get("job_id")) for entry in listing.get("jobs", [])}
-        for job in opted_in_jobs(listing):
+        try:
+            listing = read_listing(await self.slurm.list_jobs())
+        except Unreadable as exc:
+            raise TemporaryError(f"squeue --json: {exc}", delay=self.interval_s) from exc
+        self._report_unreadable(listing)
+        listed = set(listing.listed)
+        for job in listing.jobs:
             await self._publish_listed(job)
         if self._accounting:
             try:
@@ -120,6 +137,20 @@ class Observer:
                 log.warning("observer: no job accounting on this cluster (%s): the final state of a job that "
                             "ends while the observer is not looking is lost", exc)
         self._last_ok = started
+
+    def _report_unreadable(self, listing: Listing) -> None:
+        """Each field the adapter could not read is logged once per job and field, and counted."""
+        for problem in listing.unreadable:
+            key = (problem.job_id, problem.field)
+            if key in self._unreadable_seen:
+                continue
+            if len(self._unreadable_seen) > 10_000:
+                self._unreadable_seen.clear()
+            self._unreadable_seen.add(key)
+            UNREADABLE.labels(problem.field).inc()
+            log.warning("observer: job %s: squeue --json field %r holds a value of shape %s that this relaunch "
+                        "cannot read (Slurm %s): %s; nothing is done on what could not be read", problem.job_id,
+                        problem.field, problem.shape, self.slurm_version or "?", problem.consequence)
 
     # --- jobs slurmctld still lists ---------------------------------------------------------------
 
@@ -177,7 +208,7 @@ class Observer:
     async def _paths_of(self, job_id: str, restarts: int) -> tuple[str, str]:
         cached = self._paths.get((job_id, restarts))
         if cached is None:
-            fields = await self.slurm.show_job(job_id) or {}
+            fields = await self.slurm.show_job(job_id) or {}  # scontrol expands the pattern on every release
             cached = (fields.get("StdOut", ""), fields.get("StdErr", ""))
             if len(self._paths) > 10_000:
                 self._paths.clear()
@@ -203,7 +234,8 @@ class Observer:
                     log.warning("observer: job %s left squeue but accounting has no final record of it", job_id)
                     self._open.pop(job_id)
                 continue
-            restarts = seen.restarts + (len(chain) - 1 - index)
+            last = chain[-1]
+            restarts = last.restarts if last.restarts is not None else seen.restarts + (len(chain) - 1 - index)
             await self._publish_accounted(chain[-1], restarts, seen.first_submit, seen, "vanished")
             self._open.pop(job_id)
 
@@ -219,17 +251,25 @@ class Observer:
             chain = job_chain(records, job_id)
             if not chain or not chain[-1].final:
                 continue
+            attempt = chain[-1].restarts if chain[-1].restarts is not None else len(chain) - 1
             last = self._last.get(job_id)
-            if last is not None and last[0] in FINAL_STATES and last[2] == len(chain) - 1:
+            if last is not None and last[0] in FINAL_STATES and last[2] == attempt:
                 continue  # squeue showed us this final state before slurmctld forgot the job
-            await self._publish_accounted(chain[-1], len(chain) - 1, chain[0].submit, None, "sweep")
+            # Where Restarts is known the chain may start after attempt 0 (records older than the
+            # accounting window): the first submit time is then not known.
+            first = chain[0].submit if (chain[0].restarts or 0) == 0 else None
+            await self._publish_accounted(chain[-1], attempt, first, None, "sweep")
 
     async def _publish_accounted(self, record: AccountedAttempt, restarts: int, first: dt.datetime | None,
                                  seen: _Seen | None, path: str) -> None:
         key = (record.state, "", restarts, record.nodes, record.exit_code)
         if self._last.get(record.job_id) == key:
             return
-        stdout, stderr = self._paths.get((record.job_id, restarts), ("", ""))
+        # Where the output went: what scontrol said while the job was listed, else what accounting
+        # says (StdOut/StdErr or the submit line); the detector reads that file before anything is decided.
+        cached = self._paths.get((record.job_id, restarts)) or (
+            self._paths.get((record.job_id, seen.restarts)) if seen else None)
+        stdout, stderr = cached if cached and cached[0] else (record.stdout, record.stderr)
         await self._publish(
             record.job_id, key, name=seen.name if seen else record.name, state=record.state, reason="",
             restarts=restarts, nodes=list(record.nodes), comment=seen.comment if seen else record.comment,

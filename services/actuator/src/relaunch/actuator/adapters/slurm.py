@@ -18,7 +18,7 @@ from prometheus_client import Histogram
 
 from relaunch.common.errors import PermanentError, TemporaryError
 
-from ..domain.accounting import SACCT_FIELDS, AccountedAttempt, parse_sacct
+from ..domain.accounting import DELIMITER, AccountedAttempt, available_fields, parse_sacct
 from ..domain.observing import (
     NodeCondition, Observed, observed_from_scontrol, parse_node_conditions, parse_scontrol_line,
     usable_nodes_by_partition,
@@ -60,6 +60,7 @@ class Slurm:
     def __init__(self, timeout_s: float = 15.0, env: dict[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
         self.env = env
+        self._sacct_fields: tuple[str, ...] | None = None
 
     async def _run(self, argv: list[str]) -> str:
         started = time.monotonic()
@@ -90,9 +91,15 @@ class Slurm:
             raise TemporaryError(f"{' '.join(argv)} failed (rc={proc.returncode}): {text}", delay=2.0)
         return out.decode(errors="replace")
 
+    async def version(self) -> str:
+        """The release of the Slurm clients in use ("24.11.5"), as `scontrol --version` prints it."""
+        out = (await self._run(["scontrol", "--version"])).split()
+        return out[-1] if out else "unknown"
+
     async def list_jobs(self) -> dict:
-        """`squeue --json`: every job the controller still knows, including recently finished ones."""
-        out = await self._run(["squeue", "--json"])
+        """`squeue --json --states=all`: every job the controller still knows, recently finished ones
+        included (plain `squeue --json` lists those on 22.05 only)."""
+        out = await self._run(["squeue", "--json", "--states=all"])
         try:
             return json.loads(out)
         except json.JSONDecodeError as exc:
@@ -110,17 +117,30 @@ class Slurm:
         fields = await self.show_job(job_id)
         return Observed.gone() if fields is None else observed_from_scontrol(fields)
 
+    async def accounting_fields(self) -> tuple[str, ...]:
+        """The sacct fields relaunch reads that this release prints (asked once)."""
+        if self._sacct_fields is None:
+            try:
+                self._sacct_fields = available_fields(await self._run(["sacct", "--helpformat"]))
+            except ValueError as exc:
+                raise PermanentError(f"sacct: {exc}") from exc
+            log.info("sacct fields: %s", ",".join(self._sacct_fields))
+        return self._sacct_fields
+
+    async def _sacct(self, *selection: str) -> list[AccountedAttempt]:
+        fields = await self.accounting_fields()
+        return parse_sacct(await self._run(
+            ["sacct", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}", *selection, f"--format={','.join(fields)}"]),
+            fields, DELIMITER)
+
     async def accounting(self, job_ids: list[str]) -> list[AccountedAttempt]:
         """Every accounting record (one per attempt) of these job ids, older jobs with the same id included."""
-        ids = ",".join(_check(_JOB_ID, j, "job id") for j in job_ids)
-        return parse_sacct(await self._run(
-            ["sacct", "-X", "-D", "-P", "-n", "-j", ids, f"--format={','.join(SACCT_FIELDS)}"]))
+        return await self._sacct("-j", ",".join(_check(_JOB_ID, j, "job id") for j in job_ids))
 
     async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
         """Every accounting record of a job that was pending, running or ended since `start`."""
         since = start.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct reads local wall-clock time
-        return parse_sacct(await self._run(
-            ["sacct", "-X", "-D", "-P", "-n", "-a", "-S", since, "-E", "now", f"--format={','.join(SACCT_FIELDS)}"]))
+        return await self._sacct("-a", "-S", since, "-E", "now")
 
     async def usable_nodes(self) -> dict[str, int]:
         """Partition -> nodes that can run jobs now."""

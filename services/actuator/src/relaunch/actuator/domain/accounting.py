@@ -1,16 +1,22 @@
-"""Slurm's job accounting (`sacct -P`), turned into attempts: pure parsing, written for Slurm 22.05.
+"""Slurm's job accounting (`sacct -P`), turned into attempts: pure parsing, Slurm 22.05 through 26.05.
 
 Why sacct: slurmctld forgets a finished job MinJobAge seconds after it ends (then `squeue` and
 `scontrol` say "Invalid job id"); the accounting database keeps one record per attempt for good.
 
-Quirks worked around here:
+Quirks worked around here (docs/slurm-versions.md):
 - `sacct --json` reports wrong exit codes in 22.05.8, so we read `-P` text: `ExitCode` is "code:signal";
-- `Comment` can contain the `|` separator, so it is requested last and the rest of the line is it;
+- the fields a release has differ (22.05 has no Restarts, StdOut or StdErr): the adapter asks
+  `sacct --helpformat` once and requests those of ACCOUNTING_FIELDS the release prints;
+- `Comment` and `SubmitLine` may contain `|`, so fields are separated by DELIMITER (a control
+  character) and Comment comes last: the rest of the line is it;
 - times are the controller's local wall-clock without a zone (they are read as this host's local time);
-- **a requeue gives the job a new SubmitTime** and a new record: the requeued attempt's record ends
-  (`End`) at the moment the next attempt is submitted. That link is how the records of one job are
-  told apart from those of an older job that had the same id (after the controller's state was wiped);
-- sacct has no restart counter: the attempt index is the record's place in that chain.
+- **a requeue gives the job a new SubmitTime** and a new record. Where sacct prints `Restarts`
+  (24.11 and later) each record says which attempt it is. On older releases the requeued attempt's
+  record ends (`End`) at the moment the next attempt is submitted, and that link tells the records
+  of one job from those of an older job that had the same id (after the controller's state was
+  wiped). 26.05 no longer moves `End` (a failed attempt keeps its failure time, however long the
+  requeue waited), which is why Restarts is preferred wherever it exists;
+- StdOut and StdErr are the submitted patterns (`%x-%j.out`), not paths: expand_pattern() makes paths.
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from relaunch.common.job_states import FINAL_STATES
 from .hostlists import expand
 
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition", "Comment")
-"""The `--format` of every sacct call; Comment must stay last (it may contain '|')."""
+"""The fields every release since 22.05 prints, in the `|`-separated order older callers use."""
+ACCOUNTING_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition",
+                     "Restarts", "StdOut", "StdErr", "WorkDir", "User", "SubmitLine", "Comment")
+"""What relaunch asks for where the release has it; the first eight and Comment are required, Comment last."""
+REQUIRED_FIELDS = frozenset(SACCT_FIELDS)
+DELIMITER = "\x1f"
+"""sacct --delimiter: a character no comment or submit line holds."""
 
 REQUEUE_LINK = dt.timedelta(seconds=5)
 """A record whose End is this close to the next record's Submit was requeued into it (same job)."""
@@ -43,6 +55,11 @@ class AccountedAttempt:
     nodes: tuple[str, ...]
     partition: str
     comment: str
+    restarts: int | None = None
+    """The attempt's index, where sacct prints Restarts (24.11 and later)."""
+    stdout: str = ""
+    """Where the attempt's output went (expanded), or '' when sacct cannot say."""
+    stderr: str = ""
 
     @property
     def final(self) -> bool:
@@ -70,52 +87,160 @@ def parse_exit_code(value: str) -> int | None:
     return 128 + signal_n if signal_n else code_n
 
 
-def parse_sacct(text: str) -> list[AccountedAttempt]:
-    """`sacct -X -D -P -n --format=<SACCT_FIELDS>` -> records, in the order sacct printed them.
+def available_fields(helpformat: str) -> tuple[str, ...]:
+    """The ACCOUNTING_FIELDS this release has, from `sacct --helpformat` (Comment last)."""
+    have = set(helpformat.split())
+    missing = sorted(REQUIRED_FIELDS - have)
+    if missing:
+        raise ValueError(f"this sacct lacks the fields {', '.join(missing)}")
+    return tuple(f for f in ACCOUNTING_FIELDS if f in have)
+
+
+def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS, delimiter: str = "|") -> list[AccountedAttempt]:
+    """`sacct -X -D -P -n [--delimiter=D] --format=<fields>` -> records, in the order sacct printed them.
 
     A line that does not parse (too few fields, no submit time) is skipped: sacct prints nothing else
     on stdout with -n, and one odd record must not hide the others.
     """
+    if fields[-1] != "Comment":
+        raise ValueError("Comment must be the last sacct field")
     records = []
-    n = len(SACCT_FIELDS)
+    n = len(fields)
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split("|", n - 1)
+        parts = line.split(delimiter, n - 1)
         if len(parts) < n:
             continue
-        job_id, name, state, exit_code, submit, end, nodes, partition, comment = parts
-        submitted = parse_sacct_time(submit)
-        if submitted is None or not job_id.strip():
+        row = dict(zip(fields, parts, strict=True))
+        submitted = parse_sacct_time(row["Submit"])
+        job_id = row["JobIDRaw"].strip()
+        if submitted is None or not job_id:
             continue
+        nodes = row["NodeList"]
         try:
             node_list = tuple(expand(nodes)) if nodes not in ("", "None assigned", "(null)") else ()
         except ValueError:
             node_list = ()
+        restarts = row.get("Restarts", "").strip()
+        stdout, stderr = output_paths(row, job_id, node_list)
         records.append(AccountedAttempt(
-            job_id=job_id.strip(), name=name, state=(state.split() or [""])[0],  # "CANCELLED by 0"
-            exit_code=parse_exit_code(exit_code), submit=submitted, end=parse_sacct_time(end),
-            nodes=node_list, partition=partition, comment=comment,
+            job_id=job_id, name=row["JobName"], state=(row["State"].split() or [""])[0],  # "CANCELLED by 0"
+            exit_code=parse_exit_code(row["ExitCode"]), submit=submitted, end=parse_sacct_time(row["End"]),
+            nodes=node_list, partition=row["Partition"], comment=row["Comment"],
+            restarts=int(restarts) if restarts.isdigit() else None, stdout=stdout, stderr=stderr,
         ))
     return records
+
+
+def output_paths(row: dict[str, str], job_id: str, nodes: tuple[str, ...]) -> tuple[str, str]:
+    """(stdout, stderr) of a record: from StdOut/StdErr where the release prints them, else from the
+    `-o`/`-e` options of SubmitLine; relative to WorkDir; Slurm's default `slurm-%j.out` when the
+    submit line names none (an `#SBATCH -o` line inside the script is then not seen: the detector
+    says so when the file is not there). '' where a pattern cannot be expanded."""
+    workdir = row.get("WorkDir", "")
+    if "StdOut" in row:
+        out_pattern, err_pattern = row["StdOut"], row.get("StdErr", "")
+    elif "SubmitLine" in row:
+        out_pattern, err_pattern = submit_line_outputs(row["SubmitLine"])
+    else:
+        return "", ""
+    values = {"j": job_id, "J": job_id, "A": job_id, "x": row.get("JobName", ""), "u": row.get("User", ""),
+              "N": nodes[0] if nodes else "", "n": "0", "t": "0", "s": "batch"}
+    stdout = expand_pattern(out_pattern or "slurm-%j.out", values, workdir)
+    stderr = expand_pattern(err_pattern, values, workdir) if err_pattern else stdout
+    return stdout, stderr
+
+
+def submit_line_outputs(submit_line: str) -> tuple[str, str]:
+    """The `--output` and `--error` patterns of an `sbatch ...` command line ('' where absent)."""
+    import shlex
+
+    try:
+        words = shlex.split(submit_line)
+    except ValueError:
+        return "", ""
+    found = {"o": "", "e": ""}
+    long_names = {"--output": "o", "--error": "e"}
+    takes_value = {"-A", "-b", "-c", "-C", "-D", "-d", "-F", "-G", "-i", "-J", "-L", "-M", "-m", "-N", "-n", "-p",
+                   "-q", "-S", "-t", "-w", "-x"}
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            break  # the script; what follows are its own arguments
+        name, eq, value = word.partition("=")
+        if name in long_names:
+            if not eq and i + 1 < len(words):
+                i, value = i + 1, words[i + 1]
+            found[long_names[name]] = value
+        elif word[:2] in ("-o", "-e"):
+            value = word[2:]
+            if not value and i + 1 < len(words):
+                i, value = i + 1, words[i + 1]
+            found[word[1]] = value
+        elif word in takes_value:
+            i += 1
+        i += 1
+    return found["o"], found["e"]
+
+
+def expand_pattern(pattern: str, values: dict[str, str], workdir: str) -> str:
+    """Slurm's filename pattern (`%j`, `%x`, `%4j` zero-padded, `%%`, `\\` to keep it literal) as a
+    path; '' when it uses a letter we cannot know (an array index, say)."""
+    if pattern.startswith("\\"):
+        expanded = pattern.replace("\\", "")
+    else:
+        out, i = [], 0
+        while i < len(pattern):
+            ch = pattern[i]
+            if ch != "%":
+                out.append(ch)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(pattern) and pattern[j].isdigit():
+                j += 1
+            if j >= len(pattern):
+                return ""
+            letter, width = pattern[j], pattern[i + 1:j]
+            if letter == "%":
+                out.append("%")
+            elif values.get(letter):
+                value = values[letter]
+                out.append(value.zfill(int(width)) if width and value.isdigit() else value)
+            else:
+                return ""
+            i = j + 1
+        expanded = "".join(out)
+    if not expanded.startswith("/"):
+        if not workdir:
+            return ""
+        expanded = workdir.rstrip("/") + "/" + expanded
+    return expanded
 
 
 def job_chain(records: list[AccountedAttempt], job_id: str, before: dt.datetime | None = None
               ) -> list[AccountedAttempt]:
     """The attempts of the newest job with this id (submitted at or before `before`), oldest first.
 
-    Walking back from the newest record, an older record belongs to the same job only when it was
-    requeued into the next one (its End within REQUEUE_LINK of the next Submit); the first record that
-    is not ends an older job that happened to have the same id.
+    Walking back from the newest record, an older record belongs to the same job when sacct's
+    Restarts says it is the attempt just before (24.11 and later), or, where the release prints no
+    Restarts, when it was requeued into the next one (its End within REQUEUE_LINK of the next
+    Submit); the first record that is not ends an older job that happened to have the same id.
     """
     mine = sorted((r for r in records if r.job_id == job_id
-                   and (before is None or r.submit <= before + _ROUNDING)), key=lambda r: r.submit)
+                   and (before is None or r.submit <= before + _ROUNDING)),
+                  key=lambda r: (r.submit, r.restarts or 0))
     if not mine:
         return []
     chain = [mine[-1]]
     for record in reversed(mine[:-1]):
         nxt = chain[-1]
-        if record.end is None or abs(nxt.submit - record.end) > REQUEUE_LINK:
+        if nxt.restarts is not None and record.restarts is not None:
+            if record.restarts != nxt.restarts - 1:
+                break
+        elif record.end is None or abs(nxt.submit - record.end) > REQUEUE_LINK:
             break
         chain.append(record)
     chain.reverse()

@@ -1,10 +1,13 @@
-"""Turning Slurm's output into values: pure parsing, written for Slurm 22.05.
+"""Turning Slurm's output into values: pure parsing, for Slurm 22.05 through 26.05.
 
-Quirks worked around here:
-- `scontrol show job -o` prints one `Key=Value` line; values may contain spaces (Comment), so a
-  token only starts a new key when it looks like `Key=`; we never read Comment from it.
-- `squeue --json` (openapi v0.0.38) gives `exit_code` as a raw wait status (256 = exit 1) and
-  `standard_output` unexpanded (`%x-%j.out`); expanded paths come from scontrol.
+Quirks worked around here (docs/slurm-versions.md):
+- `scontrol show job -o` prints one `Key=Value` line, the same on every release; values may contain
+  spaces (Comment), so a token only starts a new key when it looks like `Key=`; we never read
+  Comment from it.
+- `squeue --json` changed shape after 22.05 (states as lists with flags, numbers as
+  {set, infinite, number}, exit codes as objects): slurm_values.py reads both. `standard_output` is
+  unexpanded on 22.05 and 26.05 (`%x-%j.out`), so expanded paths come from scontrol.
+- plain `squeue --json` lists finished jobs on 22.05 only; `--states=all` lists them on every release.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment
 
 from .hostlists import expand
+from .slurm_values import Unreadable, exit_code, integer, job_state, number, text
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9/:_]*=")
 HELD_REASONS = frozenset({"job_requeued_in_held_state", "JobHeldAdmin", "JobHeldUser"})
+NOT_HOLDS = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit"})
+"""Reasons Slurm gives with Priority=0 to a job it will not start (not a hold: startability.py)."""
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:
@@ -44,14 +50,6 @@ def parse_time(value: str | None) -> dt.datetime | None:
         return None
 
 
-def wait_status_to_exit_code(status: int | None) -> int | None:
-    if status is None:
-        return None
-    if status & 0x7F:
-        return 128 + (status & 0x7F)
-    return (status >> 8) & 0xFF
-
-
 @dataclass(frozen=True)
 class Observed:
     """The scheduler's view of one job, as the reconciler needs it."""
@@ -66,6 +64,16 @@ class Observed:
     nodes: tuple[str, ...] = ()
     requeue_allowed: bool = True
     partition: str = ""
+    required: tuple[str, ...] = ()
+    """ReqNodeList (sbatch -w): nodes the job must run on, so never excludable (startability.py)."""
+    num_nodes: int | None = None
+    """NumNodes, the least the job asks for ("2-2" -> 2)."""
+    submitted: dt.datetime | None = None
+    """This attempt's SubmitTime (a requeue sets it: startability.py, the credential rule)."""
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+    exit_code: str = ""
+    """scontrol's `code:signal`, e.g. "1:0"."""
 
     @classmethod
     def gone(cls) -> Observed:
@@ -77,17 +85,28 @@ def observed_from_scontrol(fields: dict[str, str]) -> Observed:
     reason = fields.get("Reason", "")
     exc = fields.get("ExcNodeList", "(null)")
     nodes = fields.get("NodeList", "(null)")
+    req = fields.get("ReqNodeList", "(null)")
+    num = fields.get("NumNodes", "").split("-", 1)[0]
     return Observed(
         exists=True,
         state=state,
         reason=reason,
         restarts=int(fields.get("Restarts", "0") or 0),
-        held=state == "PENDING" and (fields.get("Priority") == "0" or reason in HELD_REASONS),
+        # Priority=0 without a hold reason is a hold, except for a job Slurm has given up on: it
+        # sets Priority=0 with Reason=BadConstraints too, and releasing that changes nothing.
+        held=state == "PENDING" and (reason in HELD_REASONS
+                                     or (fields.get("Priority") == "0" and reason.split(",", 1)[0] not in NOT_HOLDS)),
         eligible_at=parse_time(fields.get("EligibleTime")),
         excluded=tuple(expand(exc)) if exc not in ("(null)", "") else (),
         nodes=tuple(expand(nodes)) if nodes not in ("(null)", "") else (),
         requeue_allowed=fields.get("Requeue", "1") == "1",
         partition=fields.get("Partition", ""),
+        required=tuple(expand(req)) if req not in ("(null)", "") else (),
+        num_nodes=int(num) if num.isdigit() else None,
+        submitted=parse_time(fields.get("SubmitTime")),
+        started=parse_time(fields.get("StartTime")),
+        ended=parse_time(fields.get("EndTime")),
+        exit_code=fields.get("ExitCode", ""),
     )
 
 
@@ -106,39 +125,117 @@ class SqueueJob:
     exit_code: int | None
     submitted: dt.datetime | None = None
     """This attempt's SubmitTime (Slurm gives every requeued attempt a new one)."""
+    stdout: str = ""
+    """`standard_output` when Slurm printed it expanded (24.11); '' when it holds a pattern (%j...)."""
 
     def change_key(self) -> tuple:
         return (self.state, self.reason, self.restarts, self.nodes, self.exit_code)
 
 
-def opted_in_jobs(squeue_json: dict) -> list[SqueueJob]:
-    """The jobs whose comment opts them in (malformed options included: the decider explains)."""
-    jobs = []
-    for entry in squeue_json.get("jobs", []):
-        comment = entry.get("comment") or ""
-        if not parse_comment(comment).opted_in:
+@dataclass(frozen=True)
+class UnreadableField:
+    """A field of one job the adapter could not read (logged once per job and field, counted)."""
+
+    job_id: str
+    field: str
+    shape: str
+    consequence: str
+    """What the observer does instead: "job not observed" or "left out"."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one `squeue --json` said: the opted-in jobs, every job id it listed, what was unreadable."""
+
+    jobs: tuple[SqueueJob, ...]
+    listed: frozenset[str]
+    unreadable: tuple[UnreadableField, ...] = ()
+
+
+_ESSENTIAL = ("job_state", "restart_cnt")
+"""Without these a job is not observed at all: its state decides everything, its restart counter is
+the idempotency record of every restart (reconciling.py)."""
+
+
+def read_listing(squeue_json: dict) -> Listing:
+    """The opted-in jobs of a `squeue --json` listing, from any release (malformed options included:
+    the decider explains). A job with a field in a shape nobody knows is observed without that field
+    when the field is not essential, and not at all when it is; either way the listing goes on."""
+    entries = squeue_json.get("jobs") if isinstance(squeue_json, dict) else None
+    if not isinstance(entries, list):
+        raise Unreadable("jobs", entries)
+    jobs: list[SqueueJob] = []
+    listed: set[str] = set()
+    problems: list[UnreadableField] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            problems.append(UnreadableField("?", "jobs[]", Unreadable("jobs[]", entry).shape, "job not observed"))
             continue
         try:
-            nodes = tuple(expand(entry.get("nodes") or ""))
-        except ValueError:
-            nodes = ()
-        jobs.append(SqueueJob(
-            job_id=str(entry["job_id"]),
-            name=str(entry.get("name") or ""),
-            state=str(entry.get("job_state") or ""),
-            reason=str(entry.get("state_reason") or ""),
-            restarts=int(entry.get("restart_cnt") or 0),
-            nodes=nodes,
-            comment=comment,
-            partition=str(entry.get("partition") or ""),
-            exit_code=wait_status_to_exit_code(entry.get("exit_code")) if entry.get("job_state") in FINAL_STATES else None,
-            submitted=_epoch(entry.get("submit_time")),
-        ))
-    return jobs
+            job_id = str(integer(entry.get("job_id"), "job_id"))
+        except Unreadable as exc:
+            problems.append(UnreadableField("?", "job_id", exc.shape, "job not observed"))
+            continue
+        listed.add(job_id)
+        job, missing = _read_job(job_id, entry)
+        problems.extend(missing)
+        if job is not None:
+            jobs.append(job)
+    return Listing(tuple(jobs), frozenset(listed), tuple(problems))
 
 
-def _epoch(value) -> dt.datetime | None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+def _read_job(job_id: str, entry: dict) -> tuple[SqueueJob | None, list[UnreadableField]]:
+    missing: list[UnreadableField] = []
+
+    def read(field: str, reader, default):
+        try:
+            return reader(entry.get(field), field)
+        except Unreadable as exc:
+            essential = field in _ESSENTIAL
+            missing.append(UnreadableField(job_id, exc.field, exc.shape,
+                                           "job not observed" if essential else "left out"))
+            return None if essential else default
+
+    try:
+        comment = text(entry.get("comment"), "comment")
+    except Unreadable:
+        return None, missing  # a comment we cannot read does not opt anything in
+    if not parse_comment(comment).opted_in:
+        return None, missing
+    state = read("job_state", job_state, None)
+    restarts = read("restart_cnt", integer, None)
+    if state is None or restarts is None:
+        return None, missing
+    node_text = read("nodes", text, "")
+    try:
+        nodes = tuple(expand(node_text))
+    except ValueError:
+        nodes = ()
+    code = read("exit_code", exit_code, None) if state[0] in FINAL_STATES else None
+    submitted = read("submit_time", number, None)
+    stdout = read("standard_output", text, "")
+    return SqueueJob(
+        job_id=job_id,
+        name=read("name", text, ""),
+        state=state[0],
+        reason=read("state_reason", text, ""),
+        restarts=restarts,
+        nodes=nodes,
+        comment=comment,
+        partition=read("partition", text, ""),
+        exit_code=code,
+        submitted=_epoch(submitted),
+        stdout="" if "%" in stdout else stdout,
+    ), missing
+
+
+def opted_in_jobs(squeue_json: dict) -> list[SqueueJob]:
+    """The opted-in jobs of a listing (read_listing without the rest)."""
+    return list(read_listing(squeue_json).jobs)
+
+
+def _epoch(value: int | None) -> dt.datetime | None:
+    if value is None or value <= 0:
         return None
     return dt.datetime.fromtimestamp(value, dt.UTC)
 

@@ -1,0 +1,84 @@
+"""`make test`: the unit, integration and deploy tiers once, then the end-to-end and reliability tiers
+on every Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
+
+    python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
+    python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's end-to-end tiers
+
+Every tier runs even when an earlier one failed, so that the table at the end (also written to
+test-artifacts/matrix/summary.md) shows each end-to-end test on each release; the exit status is
+non-zero when anything failed, or when a tier collected no tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "test-artifacts" / "matrix"
+ONCE = ["tests/unit", "tests/integration", "tests/deploy"]
+PER_RELEASE = ["tests/e2e", "tests/reliability"]
+
+
+def pytest(name: str, paths: list[str], env: dict[str, str]) -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"\n=== {name}: pytest {' '.join(paths)}", flush=True)
+    rc = subprocess.call([sys.executable, "-m", "pytest", *paths, f"--junitxml={OUT / (name + '.xml')}"],
+                         cwd=REPO, env={**os.environ, **env})
+    print(f"=== {name}: exit {rc} after {time.monotonic() - started:.0f} s", flush=True)
+    return 1 if rc == 5 else rc  # "no tests collected" is a failure here
+
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """test id -> passed | failed | skipped, from a JUnit file."""
+    found: dict[str, str] = {}
+    if not xml.exists():
+        return found
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}".removeprefix("tests.")
+        kinds = {child.tag for child in case}
+        found[name] = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+    return found
+
+
+def summary(releases: list[str]) -> str:
+    results = {v: outcomes(OUT / f"slurm-{v}.xml") for v in releases}
+    tests = sorted(set().union(*results.values()))
+    mark = {"passed": "pass", "failed": "**FAIL**", "skipped": "skip", None: "-"}
+    lines = ["| test | " + " | ".join(releases) + " |", "|---|" + "---|" * len(releases)]
+    lines += [f"| {t} | " + " | ".join(mark[results[v].get(t)] for v in releases) + " |" for t in tests]
+    totals = [f"{v}: {sum(o == 'passed' for o in results[v].values())}/{len(results[v])} passed" for v in releases]
+    return "\n".join(lines) + "\n\n" + "; ".join(totals) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("releases", nargs="+", choices=["22.05", "24.11", "26.05"])
+    parser.add_argument("--only-slurm-tiers", action="store_true", help="skip the tiers that run once")
+    args = parser.parse_args()
+    failed: list[str] = []
+    if not args.only_slurm_tiers and pytest("once", ONCE, {}) != 0:
+        failed.append("unit/integration/deploy")
+    for release in args.releases:
+        env = {"RELAUNCH_TEST_SLURM": release,
+               "RELAUNCH_RELIABILITY_RESULTS": str(REPO / "test-artifacts" / "reliability" / release)}
+        if pytest(f"slurm-{release}", PER_RELEASE, env) != 0:
+            failed.append(f"Slurm {release}")
+    table = summary(args.releases)
+    (OUT / "summary.md").write_text(table)
+    print("\nEnd-to-end and reliability tests on each Slurm release:\n\n" + table)
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print("all tiers passed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
