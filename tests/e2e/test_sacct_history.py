@@ -28,10 +28,13 @@ def set_min_job_age(env: dict, seconds: int) -> None:
     subprocess.run(["scontrol", "reconfigure"], check=True, timeout=30)
 
 
-def submit(env: dict, seconds: float, exit_code: int) -> str:
+def submit(env: dict, seconds: float, exit_code: int, line: str = "", max_attempts: int = 1) -> str:
+    """A job that sleeps, writes `line` to stderr (its own file, -e) and exits."""
     jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
-    out = subprocess.run(["sbatch", "--parsable", "--comment=relaunch:max_attempts=1", "-o", str(jobs / "%x-%j.out"),
-                          "-J", "sacct-history", f"--wrap=sleep {seconds}; exit {exit_code}"],
+    say = f"echo {line!r} >&2; " if line else ""
+    out = subprocess.run(["sbatch", "--parsable", f"--comment=relaunch:max_attempts={max_attempts}",
+                          "-o", str(jobs / "%x-%j.out"), "-e", str(jobs / "%x-%j.err"),
+                          "-J", "sacct-history", f"--wrap=sleep {seconds}; {say}exit {exit_code}"],
                          check=True, capture_output=True, text=True)
     return out.stdout.strip().split(";")[0]
 
@@ -59,7 +62,10 @@ def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_t
         os.kill(actuator, signal.SIGSTOP)
         stopped = True
         unseen = submit(services, 0.5, 4)
-        wait_until("slurmctld to forget both jobs", lambda: not known_to_slurmctld(seen) and not known_to_slurmctld(unseen),
+        # An application error that only accounting will know, with attempts to spare: the detector
+        # must read its log (the path comes from accounting) and the decider must stop it.
+        app_error = submit(services, 0.5, 1, "ModuleNotFoundError: No module named 'tensorboard'", max_attempts=3)
+        wait_until("slurmctld to forget the jobs", lambda: not any(map(known_to_slurmctld, (seen, unseen, app_error))),
                    timeout=4 + 2 * MIN_JOB_AGE + 30)
         os.kill(actuator, signal.SIGCONT)
         stopped = False
@@ -68,6 +74,12 @@ def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_t
         assert (a["index"], a["state"], a["exit_code"]) == (0, "FAILED", 3)
         assert (b["index"], b["state"], b["exit_code"]) == (0, "FAILED", 4)
         assert ledger(unseen)["job"]["submit_time"] is not None
+        record = wait_until("the application error's decision", lambda: (r := ledger(app_error))
+                            and r["job"]["verdict"] == "stopped" and r, timeout=60)
+        (anomaly,) = record["anomalies"]
+        assert (anomaly["source"], anomaly["signature_id"]) == ("log", "python_application_error"), anomaly
+        assert anomaly["evidence"][0]["path"].endswith(f"sacct-history-{app_error}.err")
+        assert record["advice"] == []
     finally:
         if stopped:
             os.kill(actuator, signal.SIGCONT)

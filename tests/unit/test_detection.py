@@ -70,6 +70,26 @@ def test_scheduler_fallback_when_no_line_explains():
     assert crash_from_scheduler(obs.model_copy(update={"state": "COMPLETED"}), NOW) is None
 
 
+def test_a_failure_whose_log_could_not_be_read_is_not_restarted_and_says_why():
+    obs = JobObserved(cluster="c", job_id="9", state="FAILED", reason="NonZeroExitCode", restarts=0,
+                      nodes=["node3"], exit_code=1, observed_at=NOW)
+    anomaly = crash_from_scheduler(obs, NOW, log_problem="/x/job-9.out does not exist on the detector's host")
+    assert anomaly.action == "stop" and anomaly.category == "log_unread"
+    assert "could not read its log (/x/job-9.out does not exist" in anomaly.summary
+    node_fail = crash_from_scheduler(obs.model_copy(update={"state": "NODE_FAIL"}), NOW, log_problem="no path")
+    assert node_fail.action == "restart_excluding" and "its log could not be read (no path)" in node_fail.summary
+
+
+def test_unreadable_reason_names_each_missing_file(tmp_path):
+    from relaunch.detector.adapters.logfiles import unreadable_reason
+
+    there = tmp_path / "job.out"
+    there.write_text("x\n")
+    assert unreadable_reason([str(there), str(tmp_path / "gone.err")]) is None
+    assert unreadable_reason([]) == "Slurm did not say where the job's output went"
+    assert "gone.err does not exist" in unreadable_reason([str(tmp_path / "gone.err")])
+
+
 def test_catalogue_validation_names_the_problem():
     good = '[[signature]]\nid="x"\npattern="boom"\ncategory="c"\nfault_domain="unknown"\naction="restart"\n' \
            'cascade=false\nsummary="s"\n'

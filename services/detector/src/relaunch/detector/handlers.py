@@ -17,7 +17,7 @@ from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
-from .adapters.logfiles import Chunk, file_sizes, read_new_lines
+from .adapters.logfiles import Chunk, file_sizes, read_new_lines, unreadable_reason
 from .domain.detection import crash_from_log, crash_from_scheduler
 from .domain.signatures import Catalogue
 from .metrics import LINES, anomaly_published
@@ -213,8 +213,10 @@ class Detector:
     async def _on_job(self, obs: JobObserved) -> None:
         c, job = obs.cluster, obs.job_id
         info = await self.state.job(c, job)
-        fields = {"stdout": obs.stdout, "stderr": obs.stderr, "nodes": nodes_field(obs.nodes),
-                  "options": json.dumps(parse_comment(obs.comment).options)}
+        # An observation without paths (the actuator found the job in accounting and Slurm kept no
+        # path) does not erase the paths an earlier observation gave.
+        fields = {"stdout": obs.stdout or info.get("stdout", ""), "stderr": obs.stderr or info.get("stderr", ""),
+                  "nodes": nodes_field(obs.nodes), "options": json.dumps(parse_comment(obs.comment).options)}
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:
             return  # an older observation than what we already follow
@@ -241,8 +243,12 @@ class Detector:
                     raise TemporaryError("waiting for log lines that explain the failure",
                                          delay=self.grace_s - age)
                 candidate = await self.state.candidate(c, job, obs.restarts)
-                anomaly = (AnomalyDetected.model_validate_json(candidate) if candidate
-                           else crash_from_scheduler(obs, utcnow()))
+                if candidate:
+                    anomaly = AnomalyDetected.model_validate_json(candidate)
+                else:  # the log was read above, if it could be: say so when it could not
+                    paths = [p for p in dict.fromkeys((fields["stdout"], fields["stderr"])) if p]
+                    problem = await asyncio.to_thread(unreadable_reason, paths)
+                    anomaly = crash_from_scheduler(obs, utcnow(), log_problem=problem)
                 if anomaly is not None:
                     await self._publish(anomaly, obs.observed_at)
             await self.state.untrack(c, job)

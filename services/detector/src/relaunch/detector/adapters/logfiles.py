@@ -31,6 +31,23 @@ class Chunk:
     next_offset: int
 
 
+def unreadable_reason(paths: list[str]) -> str | None:
+    """None when at least one of a job's log files can be read here; else why none can, in words
+    an operator can act on (the Advice of a failure that nothing explains quotes it)."""
+    if not paths:
+        return "Slurm did not say where the job's output went"
+    problems = []
+    for path in paths:
+        try:
+            with open(path, "rb"):
+                return None
+        except FileNotFoundError:
+            problems.append(f"{path} does not exist on the detector's host")
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+    return "; ".join(problems)
+
+
 def file_sizes(paths: list[str]) -> list[int | None]:
     """The size of each file, None where it does not exist (yet) or cannot be read: one thread hop
     for all the files the follower watches, instead of one per file."""

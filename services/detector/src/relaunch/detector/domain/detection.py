@@ -71,17 +71,37 @@ def _anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.d
     )
 
 
-def crash_from_scheduler(observed: JobObserved, now: dt.datetime) -> AnomalyDetected | None:
-    """Fallback when the scheduler reports a failure and no log line explained it."""
+LOG_UNREAD = "log_unread"
+"""The category of a failure whose log relaunch could not read: never restarted (docs/policy.md)."""
+
+
+def crash_from_scheduler(observed: JobObserved, now: dt.datetime, log_problem: str | None = None
+                         ) -> AnomalyDetected | None:
+    """Fallback when the scheduler reports a failure and no log line explained it.
+
+    `log_problem` says why the job's log could not be read, when it could not. A plain FAILED is then
+    not restarted: without the log, an error in the job itself (which would fail the same way again)
+    cannot be ruled out. The scheduler's own verdicts (NODE_FAIL, TIMEOUT, ...) keep their action.
+    """
     fallback = _SCHEDULER_FALLBACK.get(observed.state)
     if fallback is None:
         return None
     category, domain, action, summary = fallback
+    signature = f"scheduler_{observed.state.lower()}"
     exit_note = f" (exit code {observed.exit_code})" if observed.exit_code is not None else ""
+    summary = f"{summary}: Slurm reports {observed.state} reason={observed.reason}{exit_note}"
+    if log_problem:
+        if observed.state == "FAILED":
+            category, action, signature = LOG_UNREAD, "stop", "scheduler_failed_log_unread"
+            summary = (f"the job failed and relaunch could not read its log ({log_problem}), so an error in the "
+                       f"job itself cannot be ruled out: Slurm reports {observed.state} "
+                       f"reason={observed.reason}{exit_note}")
+        else:
+            summary += f"; its log could not be read ({log_problem})"
     return AnomalyDetected(
         anomaly_id=anomaly_id(observed.cluster, observed.job_id, observed.restarts), cluster=observed.cluster,
         job_id=observed.job_id, attempt=observed.restarts, kind="crash", source="scheduler",
-        signature_id=f"scheduler_{observed.state.lower()}", category=category, fault_domain=domain,
-        action=action, summary=f"{summary}: Slurm reports {observed.state} reason={observed.reason}{exit_note}",
-        nodes=observed.nodes, evidence=[], exit_code=observed.exit_code, detected_at=now,
+        signature_id=signature, category=category, fault_domain=domain,
+        action=action, summary=summary, nodes=observed.nodes, evidence=[], exit_code=observed.exit_code,
+        detected_at=now,
     )
