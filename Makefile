@@ -41,7 +41,6 @@ demo: setup
 
 # Unit, integration and deploy tiers once (on the host's Slurm), then the end-to-end and reliability
 # tiers on every release of the matrix, each on a test stack of its own (tests/conftest.py).
-test: export RELAUNCH_SLURM_MATRIX := $(SLURM_RELEASES)
 test:
 	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
 	@$(PY) scripts/test_matrix.py $(SLURM_RELEASES)
@@ -51,9 +50,13 @@ test-matrix: setup
 	@$(PY) scripts/test_matrix.py --only-slurm-tiers $(or $(SLURM),22.05)
 
 # Results of the previous run are removed first, so the table shows only what this run tried.
-reliability: setup
+# On every release of the matrix (or SLURM=<v> alone), each on its own test stack.
+reliability:
+	@RELAUNCH_SLURM="$(or $(SLURM),$(SLURM_RELEASES))" bash scripts/setup.sh
 	@rm -rf test-artifacts/reliability
-	@$(PY) -m pytest tests/reliability; rc=$$?; $(PY) tests/reliability/faults.py report || rc=1; exit $$rc
+	@rc=0; for v in $(or $(SLURM),$(SLURM_RELEASES)); do \
+	  RELAUNCH_TEST_SLURM=$$v $(PY) -m pytest tests/reliability || rc=1; done; \
+	  $(PY) tests/reliability/faults.py report || rc=1; exit $$rc
 
 test-unit: setup
 	@$(PY) -m pytest tests/unit

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -66,8 +67,9 @@ def main() -> int:
     if not args.only_slurm_tiers and pytest("once", ONCE, {}) != 0:
         failed.append("unit/integration/deploy")
     for release in args.releases:
-        env = {"RELAUNCH_TEST_SLURM": release,
-               "RELAUNCH_RELIABILITY_RESULTS": str(REPO / "test-artifacts" / "reliability" / release)}
+        results = REPO / "test-artifacts" / "reliability" / release
+        shutil.rmtree(results, ignore_errors=True)  # only this run's results (faults.py report)
+        env = {"RELAUNCH_TEST_SLURM": release, "RELAUNCH_RELIABILITY_RESULTS": str(results)}
         if pytest(f"slurm-{release}", PER_RELEASE, env) != 0:
             failed.append(f"Slurm {release}")
     table = summary(args.releases)
