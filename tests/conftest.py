@@ -24,9 +24,11 @@ _DEFAULT_PORTS = {"22.05": "24000", "24.11": "25000", "26.05": "26000"}
 if SLURM not in _DEFAULT_RUN:
     raise pytest.UsageError(f"RELAUNCH_TEST_SLURM={SLURM!r}: use one of {', '.join(_DEFAULT_RUN)}")
 # RELAUNCH_TEST_RUN_DIR / RELAUNCH_TEST_PORT_BASE let two checkouts run their suites side by side.
+# Set here for the release when not given, so that every test module reading it sees the same.
+os.environ.setdefault("RELAUNCH_TEST_PORT_BASE", _DEFAULT_PORTS[SLURM])
 RUN = Path(os.environ.get("RELAUNCH_TEST_RUN_DIR") or REPO / ".run" / _DEFAULT_RUN[SLURM]).resolve()
 STACK_ENV = {
-    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": os.environ.get("RELAUNCH_TEST_PORT_BASE", _DEFAULT_PORTS[SLURM]),
+    "RELAUNCH_RUN_DIR": str(RUN), "RELAUNCH_PORT_BASE": os.environ["RELAUNCH_TEST_PORT_BASE"],
     "RELAUNCH_CLUSTER": "reltest", "RELAUNCH_SLURM": SLURM,
     # Longer than a restarted actuator's wait for the old lease (<= 8 s), so that the watchdog only
     # steps in when every actuator is really gone; short enough for a test.

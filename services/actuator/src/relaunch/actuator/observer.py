@@ -200,7 +200,12 @@ class Observer:
             log.info("observer: first submit time of job %s unknown for now: %s", job.job_id, exc)
             return None
         # The chain holds the attempts accounted so far (the current one may not be recorded yet):
-        # only a chain as long as the restart counter says proves where the job began.
+        # only a chain that reaches attempt 0 (sacct's Restarts where the release has it, else a chain
+        # as long as the restart counter says) proves where the job began.
+        if not chain:
+            return None
+        if chain[0].restarts is not None:
+            return chain[0].submit if chain[0].restarts == 0 else None
         if len(chain) < job.restarts:
             return None
         return chain[0].submit
