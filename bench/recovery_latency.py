@@ -69,11 +69,18 @@ def crash_time(log_text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+NOT_COMPLETED: list[str] = []
+"""Jobs whose restarted attempt did not run to completion (COMPLETED, its last line printed)."""
+
+
 def run_one(i: int, requeue_myself: bool, timeout: float) -> tuple[float | None, float | None]:
+    """A recovery counts only once the restarted attempt has run to completion: a successor that
+    Slurm ran for a moment and then killed (a refused launch) must not pass for a recovery."""
     comment = "bench-baseline" if requeue_myself else "relaunch:max_attempts=2"
     job, log = submit(comment, f"{'base' if requeue_myself else 'rl'}{i}")
     end = time.monotonic() + timeout
     requeued = False
+    st = "?"
     while time.monotonic() < end:
         st, restarts = state(job)
         if requeue_myself and not requeued and st == "FAILED":
@@ -81,11 +88,14 @@ def run_one(i: int, requeue_myself: bool, timeout: float) -> tuple[float | None,
             requeued = True
         if st == "COMPLETED" and restarts >= 1:
             text = log.read_text(errors="replace")
+            if "finished: saved final checkpoint" not in text:
+                break
             crashed, advised = crash_time(text), ADVICE_SEEN.get(job)
             to_advice = advised - crashed if crashed is not None and advised is not None else None
             return recovery_seconds(text), to_advice
         time.sleep(0.1)
-    print(f"job {job} did not finish within {timeout}s", file=sys.stderr)
+    print(f"job {job}: the restarted attempt did not complete within {timeout}s (last state {st})", file=sys.stderr)
+    NOT_COMPLETED.append(job)
     return None, None
 
 
@@ -118,12 +128,15 @@ def main() -> None:
         "failure_to_running_s": to_running,
         "failure_to_advice_s": to_advice,
         "baseline_plain_requeue_s": round(baseline, 2) if baseline else None,
+        "not_completed": NOT_COMPLETED,
         "targets": {"speedup_vs_plain_requeue_min": 20, "failure_to_advice_p95_max_s": 0.3},
     }
     if to_running and baseline:
         result["speedup_median_vs_plain_requeue"] = round(baseline / to_running["median"], 1)
         result["speedup_p95_vs_plain_requeue"] = round(baseline / to_running["p95"], 1)
     print(json.dumps(result, indent=2))
+    if NOT_COMPLETED:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

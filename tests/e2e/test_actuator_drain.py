@@ -57,6 +57,11 @@ def test_hardware_fault_drains_the_node_with_a_reason_naming_relaunch(services):
         drains = [a for a in record["audit"] if a["service"] == "actuator" and a["action"] == "drain"]
         assert len(drains) == 1 and f"NodeName={bad}" in drains[0]["detail"], record["audit"]
         assert bad in record["advice"][0]["exclude_nodes"]
+        final = wait_until("the restarted attempt to complete",
+                           lambda: (f := job_fields(job))["JobState"] in ("COMPLETED", "FAILED")
+                           and f["Restarts"] == "1" and f, timeout=60)
+        assert (final["JobState"], final["Restarts"]) == ("COMPLETED", "1"), final
+        assert bad not in expand(final["NodeList"])
     finally:
         if bad is not None:
             subprocess.run(["scontrol", "update", f"NodeName={bad}", "State=RESUME"], capture_output=True, timeout=30)

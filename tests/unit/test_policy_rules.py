@@ -57,6 +57,8 @@ RULES = [
      replace(BIG, restart_on_preemption=False), "stop", "preemption", "preempted"),
     ("preemption on", History(), anomaly(category="slurm_preempted", domain="scheduler"), BIG,
      "restart", "within_budget", "scheduler"),
+    ("log unread", History(), anomaly(category="log_unread", action="stop"), BIG, "stop", "log_unread",
+     "not restarted"),
     ("signature says stop", History(), anomaly(category="cuda_oom", domain="application", action="stop"), BIG,
      "stop", "fault_not_restartable", "fail the same way"),
     ("application fault, restart action", History(), anomaly(category="gpu_xid_application", domain="application"),

@@ -49,7 +49,10 @@ def test_slurms_requeue_delay_is_cut_short():
 
 
 def test_eligible_or_running_successor_converges():
-    assert plan(advice(), obs(state="PENDING", restarts=1, eligible_at=NOW), NOW, 1).kind == "converged"
+    # Pending with a reason time resolves, once Slurm's scheduler has looked at it (Reason=None: not yet).
+    assert plan(advice(), obs(state="PENDING", restarts=1, eligible_at=NOW, reason="Priority"), NOW, 1).kind == \
+        "converged"
+    assert plan(advice(), obs(state="PENDING", restarts=1, eligible_at=NOW, reason="None"), NOW, 1).kind == "wait"
     assert plan(advice(), obs(state="RUNNING", restarts=1), NOW, 1).kind == "converged"
     assert plan(advice(), obs(state="COMPLETED", restarts=1), NOW, 1).kind == "converged"
 

@@ -46,9 +46,11 @@ _CRASHED = re.compile(r"crashing at=([0-9.]+)")
 
 
 def recovery_seconds(log_text: str) -> float | None:
-    """From the demo job's own timestamps: the failure line to the next attempt's first line."""
+    """From the demo job's own timestamps: the failure line to the next attempt's first line (attempt 1,
+    or a later one when Slurm refused attempt 1's launch: a refused attempt prints nothing)."""
     crashed = [float(m.group(1)) for m in _CRASHED.finditer(log_text)]
     started = {int(m.group(1)): float(m.group(2)) for m in _STARTED.finditer(log_text)}
-    if not crashed or 1 not in started:
+    later = [started[n] for n in sorted(started) if n >= 1]
+    if not crashed or not later:
         return None
-    return started[1] - crashed[0]
+    return later[0] - crashed[0]

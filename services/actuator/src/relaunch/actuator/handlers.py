@@ -5,6 +5,7 @@ Handlers only load -> plan -> do at most one step -> publish; the decisions are 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 
@@ -14,6 +15,7 @@ from prometheus_client import Counter
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
+from relaunch.common.job_states import FAILED_STATES
 from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus
 
 from .adapters.coordination import HoldRegistry
@@ -21,7 +23,7 @@ from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
 from .domain.draining import Drain, plan_drains
 from .domain.observing import Observed
-from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, plan, would_run
+from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, exclusions, plan, would_run
 from .domain.refusals import Refusals, describe
 from .metrics import observe_recovery
 from .observer import Observer  # noqa: F401  (re-exported: the composition root wires it from here)
@@ -45,6 +47,10 @@ class Reconciler:
         self._drain_rejected: set[tuple[str, str, int, str]] = set()
         self.refusals = Refusals()
         self.clock = time.monotonic
+        self._ended: dict[tuple[str, str, int, int], dt.datetime] = {}
+        """(cluster, job, generation, restart count after the requeue) -> EndTime of the attempt requeued
+        after it had ended: lets StartTime=now come a second sooner (startability.py, rule 2). Only a hint:
+        another replica, or this one after a restart, uses the SubmitTime bound, which is always safe."""
 
     async def newest_generation(self, advice: Advice) -> int:
         try:
@@ -60,12 +66,10 @@ class Reconciler:
         observed = await self.slurm.observe(advice.job_id)
         newest = await self.newest_generation(advice)
         drains = await self._drains_to_do(advice)
-        p = plan(advice, observed, utcnow(), newest, self.partitions, drains)
+        p = plan(advice, observed, utcnow(), newest, self.partitions, drains,
+                 self._ended.get((advice.cluster, advice.job_id, advice.generation, observed.restarts)))
         if p.kind in ("converged", "abandoned"):
-            if p.notice:
-                log.warning("advice %s/%s gen %d: %s", advice.cluster, advice.job_id, advice.generation, p.notice)
-                await self._audit(advice, "restarted on an excluded node", p.notice[:1000],
-                                  f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.excluded-node")
+            await self._notice(advice, p)
             await self._finish(advice, "CONVERGED" if p.kind == "converged" else "ABANDONED", p.reason, p.detail)
             return
         if self.mode == "observe":
@@ -74,8 +78,17 @@ class Reconciler:
         await self.holds.touch(advice.cluster, advice.job_id)  # the watchdog sees we are alive
         if p.kind == "wait":
             raise TemporaryError(p.detail, delay=p.delay)
+        await self._notice(advice, p)
         await self._take_step(advice, p, observed)
         raise TemporaryError("step taken; verifying", delay=0.2)
+
+    async def _notice(self, advice: Advice, p: Plan) -> None:
+        """A plan's notice: a warning in the log and an audit entry (one per Advice and notice key)."""
+        if not p.notice:
+            return
+        log.warning("advice %s/%s gen %d: %s", advice.cluster, advice.job_id, advice.generation, p.notice)
+        await self._audit(advice, p.notice_action, p.notice[:1000],
+                          f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.{p.notice_key}")
 
     async def _drains_to_do(self, advice: Advice) -> tuple[Drain, ...]:
         """Node drains this Advice still calls for (none unless RELAUNCH_ACTUATOR_DRAIN_NODES is on)."""
@@ -93,7 +106,7 @@ class Reconciler:
                 self.slurm.drain_argv(drain.node, drain.reason)), f"{prefix}.drain.{drain.node}")
             STEPS.labels("drain", "observe").inc()
         steps = would_run(advice, observed)
-        nodes = sorted(set(observed.excluded) | set(advice.exclude_nodes))
+        nodes = sorted(set(observed.excluded) | set(exclusions(advice, observed)[0]))
         for n, step in enumerate(steps, start=1):
             argv = " ".join(self.slurm.argv(step, advice.job_id, nodes))
             await self._audit(advice, f"would {step}", f"observe mode, step {n} of {len(steps)}: {argv}",
@@ -129,7 +142,8 @@ class Reconciler:
             return
         job = advice.job_id
         key = f"actuator.{advice.cluster}.{job}.{advice.generation}.{p.step}.{observed.restarts}"
-        nodes = sorted(set(observed.excluded) | set(advice.exclude_nodes))
+        # The plan says which ExcNodeList to set (it leaves out nodes the job requires).
+        nodes = list(p.nodes) if p.step == "exclude" else sorted(set(observed.excluded) | set(advice.exclude_nodes))
         if p.step in DISRUPTIVE:
             if self.limit is not None:
                 await self.limit.take()  # TemporaryError(wait) when the cluster-wide budget is spent
@@ -137,6 +151,10 @@ class Reconciler:
                 # Recorded before the command: if we die right after it, the watchdog can release.
                 await self.holds.record(advice.cluster, job, advice.generation, advice.attempt)
         refusal_key = (advice.cluster, job, advice.generation, p.step)
+        if p.step == "requeuehold" and observed.state in FAILED_STATES and observed.ended is not None:
+            if len(self._ended) > 10_000:
+                self._ended.clear()
+            self._ended[(advice.cluster, job, advice.generation, observed.restarts + 1)] = observed.ended
         try:
             await self.slurm.run_step(p.step, job, nodes)
         except PermanentError as exc:
@@ -184,6 +202,8 @@ class Reconciler:
             await observe_recovery(self.bus, advice, msg.at)
         await self.holds.forget(advice.cluster, advice.job_id)
         self.refusals.forget(advice.cluster, advice.job_id, advice.generation)
+        for key in [k for k in self._ended if k[:3] == (advice.cluster, advice.job_id, advice.generation)]:
+            del self._ended[key]
         log.info("advice %s/%s gen %d: %s (%s) %s", advice.cluster, advice.job_id, advice.generation,
                  status, reason, detail)
 

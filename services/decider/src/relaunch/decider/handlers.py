@@ -26,6 +26,10 @@ DECISIONS = Counter("relaunch_decisions_total", "Decisions taken", ["kind", "rul
 ADVICE = Counter("relaunch_advice_total", "Advice issued (committed to the ledger and its outbox), by operation",
                  ["operation"])
 
+WAIT_FOR_LAUNCH_VERDICT_DELIVERIES = 10
+"""A failure the scheduler reported on a restarted attempt (no log line explains it) waits, while the
+Advice that began the attempt is still open, for the actuator to say whether Slurm refused that
+attempt's launch (then it spends no attempt), up to this many deliveries (about 1 s apart)."""
 WAIT_FOR_EXIT_CODE_DELIVERIES = 5
 """A failure the scheduler reported is decided only once the decider's own copy of that observation
 (with its exit code: 93 means do not restart) is in the ledger, or after this many deliveries. The
@@ -52,6 +56,9 @@ class Decider:
                     and (record is None or record.state not in FINAL_STATES)
                     and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
                 raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
+            if (anomaly.source == "scheduler" and history.launch_verdict_pending(anomaly.attempt, now) is not None
+                    and delivery.num_delivered < WAIT_FOR_LAUNCH_VERDICT_DELIVERIES):
+                raise TemporaryError("the actuator is still verifying this attempt's launch", delay=1.0)
             if not await tx.save_anomaly(anomaly):
                 # Already in the ledger: its decision was taken and committed with it (one transaction).
                 log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)

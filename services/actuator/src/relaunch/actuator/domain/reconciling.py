@@ -9,7 +9,18 @@ scheduler's state read just now, never on which event woke us. Invariants:
   the job is PENDING (while COMPLETING it is overwritten), so we wait for PENDING first;
 - ExcNodeList can only be changed while the job is PENDING;
 - drains (optional, see draining.py) come first, one per pass, and only while the Advice is live:
-  the caller passes those still to do, so a drained node is never drained again.
+  the caller passes those still to do, so a drained node is never drained again;
+- CONVERGED means the successor can run (startability.py): it is past its launch, or pending with
+  a reason that time resolves (Resources, Priority...) once Slurm's scheduler has looked at it; a
+  successor Slurm will never start (BadConstraints...) is ABANDONED with Slurm's reason, never
+  CONVERGED;
+- a node the job requires (ReqNodeList, sbatch -w) is never excluded: the exclusion is dropped and
+  said so (see exclusions for why dropping beats rewriting the job's required list);
+- `StartTime=now` waits for the wall-clock second after the one that revoked the last attempt's
+  job credentials (Slurm's credential rule, startability.py);
+- a successor Slurm killed at launch (its credential revoked) is requeued again under the same
+  Advice, at most MAX_LAUNCH_RETRIES times: only while the attempt Slurm shows has the refused-launch
+  signature, which the requeue itself clears, so a replay never requeues twice.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from relaunch.common.schemas import Advice
 
 from .draining import Drain
 from .observing import Observed
+from .startability import earliest_launch, launch_refused, launched, never_starts, required_conflicts
 
 Step = Literal["requeuehold", "exclude", "release", "start_now", "cancel", "drain"]
 
@@ -30,6 +42,11 @@ ELIGIBLE_SLACK = dt.timedelta(seconds=2)
 """A successor eligible within this much of now counts as eligible (clock granularity is 1 s)."""
 POLL_FAST = 0.25
 POLL_SLOW = 1.0
+SCHEDULER_LOOK = dt.timedelta(seconds=30)
+"""How long an eligible successor may stay pending with Reason=None (not yet looked at by Slurm's
+scheduler) before it converges all the same: a long queue may take that long to reach it."""
+MAX_LAUNCH_RETRIES = 3
+"""Refused launches of one Advice's successor that are requeued again; past that, the failure is the decider's."""
 
 # Bounded reasons (ReconcileStatus.reason).
 DESIRED_STATE_OBSERVED = "desired state observed"
@@ -42,6 +59,13 @@ STEP_TAKEN = "step taken"
 WAITING = "waiting"
 PARTITION_NOT_ALLOWED = "partition not allowed"
 OBSERVE_MODE = "observe mode"
+CANNOT_START = "successor cannot start"
+
+# Audit actions of the notices (AuditEntry.action); the decider reads LAUNCH_REFUSED (its attempt
+# index is the last part of the entry's idempotency key).
+EXCLUDED_NODE_RUNNING = "restarted on an excluded node"
+EXCLUSION_DROPPED = "exclusion dropped"
+LAUNCH_REFUSED = "launch refused"
 
 
 @dataclass(frozen=True)
@@ -54,12 +78,19 @@ class Plan:
     drain: Drain | None = None
     notice: str = ""
     """Something the operator should hear about although the plan goes on (logged as a warning, audited)."""
+    notice_action: str = EXCLUDED_NODE_RUNNING
+    notice_key: str = "excluded-node"
+    """The notice's audit action and the tail of its idempotency key (one entry per distinct key)."""
+    nodes: tuple[str, ...] = ()
+    """exclude: the whole ExcNodeList to set."""
 
 
 def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
-         partitions: frozenset[str] = frozenset(), drains: tuple[Drain, ...] = ()) -> Plan:
+         partitions: frozenset[str] = frozenset(), drains: tuple[Drain, ...] = (),
+         ended_before_requeue: dt.datetime | None = None) -> Plan:
     """`partitions`: the allowlist (empty: every partition). `drains`: the node drains still to do
-    (empty unless drain is on)."""
+    (empty unless drain is on). `ended_before_requeue`: the EndTime Slurm showed for the attempt this
+    Advice requeued, when it had already ended then (a hint the caller remembers; None: unknown)."""
     if newest_generation > advice.generation:
         return Plan("abandoned", SUPERSEDED, f"generation {newest_generation} exists")
     if now > advice.expires_at:
@@ -74,7 +105,7 @@ def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation
         return Plan("step", STEP_TAKEN, f"drain {first.node}: {first.reason}", step="drain", drain=first)
     if advice.operation == "terminate":
         return _plan_terminate(observed)
-    return _plan_restart(advice, observed, now)
+    return _plan_restart(advice, observed, now, ended_before_requeue)
 
 
 def _plan_terminate(observed: Observed) -> Plan:
@@ -83,7 +114,8 @@ def _plan_terminate(observed: Observed) -> Plan:
     return Plan("step", STEP_TAKEN, "cancel the job", step="cancel")
 
 
-def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime) -> Plan:
+def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime,
+                  ended_before_requeue: dt.datetime | None = None) -> Plan:
     state = observed.state
     if observed.restarts <= advice.attempt:
         # The failed attempt has not been requeued yet.
@@ -102,25 +134,91 @@ def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime) -> Plan:
     # The successor exists (restart counter advanced): make it runnable, then verify.
     if state in TRANSIENT_STATES:
         return Plan("wait", WAITING, f"successor is {state}", delay=POLL_FAST)
+    if launch_refused(observed):
+        if observed.restarts - advice.attempt > MAX_LAUNCH_RETRIES:
+            return Plan("converged", DESIRED_STATE_OBSERVED,
+                        f"Slurm refused to launch the successor {observed.restarts - advice.attempt} times "
+                        f"(restart {observed.restarts} is FAILED at launch); not requeued again by this Advice")
+        if not observed.requeue_allowed:
+            return Plan("abandoned", SCHEDULER_REJECTED, "the job was submitted with --no-requeue")
+        notice = (f"Slurm killed the successor (restart {observed.restarts}) at launch, before its script ran: it "
+                  f"started and ended in {_second(observed.started)}, the second of its requeue, whose job "
+                  "credentials Slurm had revoked (ExitCode 1:0, RunTime 0); requeued again under this Advice, "
+                  "no attempt spent")
+        return Plan("step", STEP_TAKEN, notice, step="requeuehold", notice=notice, notice_action=LAUNCH_REFUSED,
+                    notice_key=f"launch-refused.{observed.restarts}")
+    exclude, dropped = exclusions(advice, observed)
     if state == "PENDING":
-        missing = sorted(set(advice.exclude_nodes) - set(observed.excluded))
+        missing = sorted(set(exclude) - set(observed.excluded))
         if missing:
-            return Plan("step", STEP_TAKEN, f"exclude {','.join(missing)}", step="exclude")
+            return Plan("step", STEP_TAKEN, f"exclude {','.join(missing)}" + _dropped_note(dropped, observed),
+                        step="exclude", nodes=tuple(sorted(set(observed.excluded) | set(exclude))))
         if observed.held:
-            return Plan("step", STEP_TAKEN, "release the held successor", step="release")
+            return Plan("step", STEP_TAKEN, "release the held successor" + _dropped_note(dropped, observed),
+                        step="release")
         if observed.eligible_at is not None and observed.eligible_at > now + ELIGIBLE_SLACK:
+            earliest = earliest_launch(observed, ended_before_requeue)
+            if earliest is not None and now < earliest:
+                # Slurm's credential rule (startability.py, rule 2): launched in its requeue's second,
+                # the successor would be killed at once ("Job credential revoked").
+                return Plan("wait", WAITING, f"start now from {_second(earliest)} on, the second after the one "
+                            "that revoked the last attempt's credentials", delay=(earliest - now).total_seconds())
             return Plan("step", STEP_TAKEN, "start now instead of after Slurm's requeue delay", step="start_now")
-        return Plan("converged", DESIRED_STATE_OBSERVED,
-                    f"successor (restart {observed.restarts}) is pending, unheld and eligible now")
+        if why := never_starts(observed, advice.exclude_nodes):  # dropped ones too: see never_starts
+            detail = f"successor (restart {observed.restarts}) is pending: {why}" + _dropped_note(dropped, observed)
+            return Plan("abandoned", CANNOT_START, detail, notice=detail, notice_action=CANNOT_START,
+                        notice_key="cannot-start")
+        if observed.reason in ("None", "") and observed.eligible_at is not None and now < (observed.eligible_at
+                                                                                          + SCHEDULER_LOOK):
+            return Plan("wait", WAITING, "successor is eligible; waiting for Slurm's scheduler to start it or say "
+                        "why not", delay=POLL_FAST)
+        return _converged(f"successor (restart {observed.restarts}) is pending, unheld and eligible now "
+                          f"(Reason={observed.reason or 'None'})", dropped, observed)
+    if not launched(observed, now):
+        return Plan("wait", WAITING, f"successor is {state}, launching", delay=POLL_FAST)
     detail = f"successor (restart {observed.restarts}) is {state}"
-    on_excluded = sorted(set(observed.nodes) & set(advice.exclude_nodes))
+    on_excluded = sorted(set(observed.nodes) & set(exclude))
     if not on_excluded:
-        return Plan("converged", DESIRED_STATE_OBSERVED, detail)
+        return _converged(detail, dropped, observed)
     # It left the hold before the exclusion was set (the watchdog, a person, or Slurm released it).
     # Requeueing it again would be a second restart: say so instead.
     notice = (f"{detail} on {','.join(on_excluded)}, which this Advice excludes: the successor left the hold "
               "before the exclusion was set (released by the watchdog or by hand?)")
-    return Plan("converged", DESIRED_STATE_OBSERVED, notice, notice=notice)
+    return Plan("converged", DESIRED_STATE_OBSERVED, notice + _dropped_note(dropped, observed), notice=notice)
+
+
+def exclusions(advice: Advice, observed: Observed) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the Advice's exclusions to set, those dropped because the job requires them).
+
+    Why drop rather than take the node out of ReqNodeList (which Slurm allows while the job is
+    pending, and then runs it on another node): the required list is the user's explicit placement
+    (`-w`), for reasons relaunch cannot see (data on local disks, a topology, a licence, a
+    reservation), and a change to it stays for every later attempt. Dropping the exclusion leaves
+    the job as the user wrote it and can at worst cost one attempt on a suspect node, which the
+    policy bounds; rewriting it could run the job where the user did not want it. The ReconcileStatus
+    detail and an audit entry say which node was kept and why, so the user can resubmit without it."""
+    dropped = required_conflicts(observed, advice.exclude_nodes)
+    return tuple(n for n in advice.exclude_nodes if n not in dropped), dropped
+
+
+def _dropped_note(dropped: tuple[str, ...], observed: Observed) -> str:
+    if not dropped:
+        return ""
+    return (f"; not excluded: {','.join(dropped)}, which the job requires (ReqNodeList={','.join(observed.required)},"
+            " sbatch -w): Slurm would never start it with them excluded, and relaunch does not rewrite the nodes a "
+            "job asks for (resubmit without them to leave them out)")
+
+
+def _converged(detail: str, dropped: tuple[str, ...], observed: Observed) -> Plan:
+    if not dropped:
+        return Plan("converged", DESIRED_STATE_OBSERVED, detail)
+    text = detail + _dropped_note(dropped, observed)
+    return Plan("converged", DESIRED_STATE_OBSERVED, text, notice=text, notice_action=EXCLUSION_DROPPED,
+                notice_key="exclusion-dropped")
+
+
+def _second(at: dt.datetime | None) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S") if at is not None else "an unknown second"
 
 
 def would_run(advice: Advice, observed: Observed) -> list[Step]:
@@ -140,7 +238,7 @@ def would_run(advice: Advice, observed: Observed) -> list[Step]:
         held, excluded = True, ()
     else:
         held, excluded = observed.held, observed.excluded
-    if set(advice.exclude_nodes) - set(excluded):
+    if set(exclusions(advice, observed)[0]) - set(excluded):
         steps.append("exclude")
     if held:
         steps.append("release")

@@ -271,6 +271,10 @@ class JobTx:
         suspects = await self.conn.fetch(
             "SELECT attempt, node, confidence, reasons FROM suspects WHERE cluster=$1 AND job_id=$2 "
             "ORDER BY attempt, node", self.cluster, self.job_id)
+        # The actuator's "launch refused" entries (domain/history.py); the key ends with the attempt.
+        refused = await self.conn.fetch(
+            "SELECT idempotency_key FROM audit WHERE cluster=$1 AND job_id=$2 AND service='actuator' "
+            "AND action='launch refused'", self.cluster, self.job_id)
         decided = {r["attempt"] for r in rows}
         decided |= {json.loads(r["detail"]).get("attempt", -1) for r in stopped}
         return History(
@@ -290,6 +294,8 @@ class JobTx:
             partition_nodes=self.row.get("partition_nodes"),
             suspects=tuple((r["attempt"], r["node"], float(r["confidence"]), tuple(json.loads(r["reasons"])))
                            for r in suspects),
+            launch_refused=frozenset(int(tail) for r in refused
+                                     if (tail := r["idempotency_key"].rsplit(".", 1)[-1]).isdigit()),
         )
 
     async def operator_mode(self) -> tuple[str, str] | None:

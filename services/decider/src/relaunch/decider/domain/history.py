@@ -71,6 +71,10 @@ class History:
     """Usable nodes in the job's partition, as the observer last saw them (None: not known)."""
     suspects: tuple[tuple[int, str, float, tuple[str, ...]], ...] = ()
     """(attempt, node, confidence, reasons): what attribution said of each attempt's nodes."""
+    launch_refused: frozenset[int] = field(default_factory=frozenset)
+    """Attempts Slurm killed at launch, before the job's script ran (its credential revoked): the
+    actuator requeued each under the Advice that started it and audited it ("launch refused"). They
+    are not attempts of the job's own and spend nothing."""
 
     def attempt(self, index: int) -> AttemptRecord | None:
         return next((a for a in self.attempts if a.index == index), None)
@@ -86,6 +90,25 @@ class History:
     def excluded_nodes(self) -> frozenset[str]:
         """Every node an Advice of this job left out (Slurm's ExcNodeList only grows: they stay out)."""
         return frozenset(n for r in self.restarts for n in r.exclude_nodes)
+
+    def attempts_used(self, attempt: int) -> int:
+        """Attempts of the job's own up to `attempt` (Slurm's restart count), the first included:
+        refused launches do not count."""
+        return attempt + 1 - sum(1 for a in self.launch_refused if a <= attempt)
+
+    def launch_verdict_pending(self, attempt: int, now: dt.datetime) -> RestartRecord | None:
+        """The restart Advice that began `attempt`, while it is still open and has not said whether
+        Slurm refused this attempt's launch (the actuator verifies a successor until it is past its
+        launch), else None."""
+        if attempt < 1 or attempt in self.launch_refused:
+            return None
+        earlier = [r for r in self.restarts if r.attempt < attempt]
+        last = max(earlier, key=lambda r: r.generation, default=None)
+        return last if last is not None and last.open(now) else None
+
+    def restart_before(self, attempt: int) -> RestartRecord | None:
+        """The newest restart Advice issued for an attempt before `attempt`."""
+        return max((r for r in self.restarts if r.attempt < attempt), key=lambda r: r.generation, default=None)
 
     def open_restart(self, attempt: int, now: dt.datetime) -> RestartRecord | None:
         return next((r for r in self.restarts if r.attempt == attempt and r.open(now)), None)

@@ -4,11 +4,16 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   joins_open_advice      a further incident on an attempt whose Advice is still open joins that Advice
                          (its evidence is added; no second restart)
   already_decided        one attempt gets one decision (a later incident is only recorded)
+  launch_refused         Slurm killed the attempt at launch, before the job's script ran; the actuator
+                         requeued it under the Advice that started it: it joins that Advice and
+                         spends no attempt (refused launches never count towards max_attempts)
   observe_only           the job's options are invalid: it is only observed
   straggler_report_only  straggler recovery is off for the job: a straggler is only reported
   user_cancelled         someone cancelled the job: never restarted
   do_not_restart         the resiliency extension's exit code 93 (or its log line): never restarted
   time_limit, preemption Slurm's time limit / a preemption, when the policy does not restart them
+  log_unread             the job failed, no line explained it and its log could not be read: an error in
+                         the job itself cannot be ruled out, so it is not restarted
   fault_not_restartable  the signature says a restart would fail the same way (action stop)
   max_attempts           attempts in all, the first included
   class_budget           restarts per failure class (application and resource: none by default)
@@ -161,6 +166,14 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
                             f"restarted; {anomaly.category} ({anomaly.kind}) is added to its evidence, "
                             "no second restart", generation=joined.generation, fault_class=klass)
         return Decision("none", "already_decided", f"attempt {attempt} already has a decision", fault_class=klass)
+    if attempt in history.launch_refused:
+        began = history.restart_before(attempt)
+        reason = (f"attempt {attempt} never ran: Slurm killed it at launch (its job credential was revoked) and "
+                  "the actuator requeued it; it spends no attempt")
+        if began is None:
+            return Decision("none", "launch_refused", reason, fault_class=klass)
+        return Decision("join", "launch_refused", f"joined advice generation {began.generation}: {reason}",
+                        generation=began.generation, fault_class=klass)
     if policy.observe_only:
         return Decision("observe", "observe_only",
                         "the job's relaunch options are invalid, so it is only observed: "
@@ -183,10 +196,12 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     if anomaly.category == "slurm_preempted" and not policy.restart_on_preemption:
         return stop("preemption", f"the job was preempted and policy {policy.name!r} does not restart after "
                                   "a preemption (preemption=off)")
+    if anomaly.category == "log_unread":
+        return stop("log_unread", f"not restarted: {anomaly.summary}")
     if anomaly.action == "stop":
         return stop("fault_not_restartable",
                     f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
-    used = attempt + 1
+    used = history.attempts_used(attempt)
     if used >= policy.max_attempts:
         return stop("max_attempts", f"max_attempts={policy.max_attempts} reached: attempt {used} of "
                                     f"{policy.max_attempts} failed ({anomaly.category})")
@@ -245,7 +260,7 @@ def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt
                            history.excluded_nodes(), history.partition)
     exclude = plan.kept
     why = "".join(f"; without {s.node}: {', '.join(s.reasons)}" for s in suspects or () if s.node in exclude)
-    used = anomaly.attempt + 1
+    used = history.attempts_used(anomaly.attempt)
     return Decision(
         "restart", "within_budget",
         f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts}; "
