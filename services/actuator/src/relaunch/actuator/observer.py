@@ -94,8 +94,7 @@ class Observer:
         while not stop.is_set():
             try:
                 if self.slurm_version is None:
-                    self.slurm_version = await self.slurm.version()
-                    log.info("observer: Slurm %s (squeue --json --states=all, sacct)", self.slurm_version)
+                    await self._learn_version()
                 if self.active():
                     await self.poll_once()
                 else:
@@ -137,6 +136,16 @@ class Observer:
                 log.warning("observer: no job accounting on this cluster (%s): the final state of a job that "
                             "ends while the observer is not looking is lost", exc)
         self._last_ok = started
+
+    async def _learn_version(self) -> None:
+        """Log the Slurm release once; a controller that does not answer yet is asked again next poll."""
+        try:
+            self.slurm_version = await self.slurm.version()
+        except PermanentError as exc:  # scontrol missing or refusing: polling says more, and goes on
+            self.slurm_version = "unknown"
+            log.warning("observer: the Slurm release is unknown: %s", exc)
+            return
+        log.info("observer: Slurm %s (squeue --json --states=all, sacct)", self.slurm_version)
 
     def _report_unreadable(self, listing: Listing) -> None:
         """Each field the adapter could not read is logged once per job and field, and counted."""
