@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -67,3 +69,45 @@ class HealthServer:
             pass
         finally:
             writer.close()
+
+
+class Reachability:
+    """Whether a backend a service needs answers: the value of a health check, and never silent.
+
+    The first failure is logged at WARNING, then one line every `every_s` while the outage lasts, and
+    one when the backend answers again; `reachable` is False meanwhile, so /healthz reports not-ready.
+    """
+
+    def __init__(self, backend: str, where: str, every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend, self.where, self.every_s, self.clock = backend, without_password(where), every_s, clock
+        self.reachable = True
+        self._warned_at: float | None = None
+
+    def failed(self, why: object) -> None:
+        self.reachable = False
+        now = self.clock()
+        if self._warned_at is None or now - self._warned_at >= self.every_s:
+            self._warned_at = now
+            log.warning("%s at %s is unreachable: %s", self.backend, self.where, why)
+
+    def succeeded(self) -> None:
+        if not self.reachable:
+            log.warning("%s at %s answers again", self.backend, self.where)
+        self.reachable, self._warned_at = True, None
+
+    def record(self, ok: bool, why: object = "no answer") -> bool:
+        if ok:
+            self.succeeded()
+        else:
+            self.failed(why)
+        return ok
+
+
+def without_password(url: str) -> str:
+    """`url` fit for a log line: a password in it (postgresql://user:PASSWORD@host/db) becomes ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

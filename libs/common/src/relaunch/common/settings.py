@@ -5,7 +5,7 @@ Every field is documented beside its default. Unknown keys in a settings file ar
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -56,6 +56,10 @@ class ServiceSettings(BaseSettings):
     health_port: int = 0
     """Port of the /healthz and /metrics endpoint (on RELAUNCH_HEALTH_HOST); 0 picks a free one."""
 
+    backends: ClassVar[tuple[str, ...]] = ()
+    """The CommonSettings URLs this service cannot run without (e.g. "nats_url", "redis_url"): each
+    must be given (require_backends); deployment checks derive each service's wiring from it."""
+
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -85,3 +89,18 @@ def load_settings(cls: type[S]) -> S:
         return cls()
     except Exception as exc:  # pydantic's ValidationError, shown whole: it names the field
         raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+
+
+def require_backends(common: CommonSettings, service: type[ServiceSettings]) -> None:
+    """Refuse to start a service that was not told where a backend it needs is.
+
+    CommonSettings' URL defaults are the local stack's ports (scripts/stack.sh), which nothing
+    answers in a container or a pod: a service started without, say, RELAUNCH_REDIS_URL would retry
+    forever against nobody. The local stack, the tests and .run/env always set them.
+    """
+    missing = [f"RELAUNCH_{name.upper()}" for name in service.backends if name not in common.model_fields_set]
+    if missing:
+        raise SettingsError(
+            f"{', '.join(missing)} not set: {service.__name__} needs "
+            f"{'it' if len(missing) == 1 else 'them'} (the URL of each backend; `make up` writes them to .run/env)"
+        )

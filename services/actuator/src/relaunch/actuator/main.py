@@ -13,7 +13,7 @@ from relaunch.common.bus import Bus, consume
 from relaunch.common.schemas import Advice
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings
+from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
 from .adapters.coordination import HoldRegistry, Lease
 from .adapters.ratelimit import ActionRateLimit
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ActuatorSettings)
+    require_backends(common, ActuatorSettings)
     setup_logging("actuator", common.log_level)
     setup_tracing("actuator", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "actuator")
@@ -41,9 +42,15 @@ async def amain() -> None:
     log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,
              ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 
+    async def watch_redis(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await limit.ping()
+            await asyncio.sleep(2)
+
     def tasks(stop: asyncio.Event):
         return [
             lease.run(stop),
+            watch_redis(stop),
             observer.run(stop),
             consume(bus, subjects.ACTUATOR_ADVICE, Advice, functools.partial(handle_advice, reconciler), stop,
                     active=lambda: lease.is_leader),
@@ -53,7 +60,8 @@ async def amain() -> None:
         await bus.close()
         await limit.close()
 
-    await run_service("actuator", settings.health_port, {"nats": lambda: bus.connected}, tasks, on_stop,
+    checks = {"nats": lambda: bus.connected, "redis": lambda: limit.redis.reachable}
+    await run_service("actuator", settings.health_port, checks, tasks, on_stop,
                       health_host=common.health_host)
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic_settings import SettingsConfigDict
 
@@ -11,6 +11,8 @@ class ActuatorSettings(ServiceSettings):
     """RELAUNCH_ACTUATOR_* environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_ACTUATOR_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url", "redis_url")
+    """Redis: the cluster-wide action rate limit."""
 
     poll_interval_s: float = 1.0
     """How often the observer runs `squeue --json`."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic_settings import SettingsConfigDict
 
@@ -21,7 +21,7 @@ from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, ServiceSettings, load_settings
+from relaunch.common.settings import CommonSettings, ServiceSettings, load_settings, require_backends
 
 from .adapters.coordination import Hold, HoldRegistry
 from .adapters.slurm import Slurm
@@ -33,6 +33,8 @@ class WatchdogSettings(ServiceSettings):
     """RELAUNCH_WATCHDOG_* environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_WATCHDOG_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url",)
+    """NATS only (the hold registry); Slurm through SLURM_CONF."""
 
     mode: Literal["act", "observe"] = "act"
     """act: release stranded jobs; observe: record what it would release."""
@@ -89,6 +91,7 @@ class Watchdog:
 async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(WatchdogSettings)
+    require_backends(common, WatchdogSettings)
     setup_logging("watchdog", common.log_level)
     setup_tracing("watchdog", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "watchdog")

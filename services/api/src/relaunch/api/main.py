@@ -6,7 +6,7 @@ import uvicorn
 
 from relaunch.common.service import setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings
+from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
 from . import backends
 from .app import create_app
@@ -16,6 +16,7 @@ from .settings import ApiSettings
 def main() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(ApiSettings)
+    require_backends(common, ApiSettings)
     setup_logging("api", common.log_level)
     setup_tracing("api", common.otlp_endpoint, common.trace_file)
     app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url))

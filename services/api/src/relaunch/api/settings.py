@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic_settings import SettingsConfigDict
 
 from relaunch.common.settings import ServiceSettings
@@ -12,6 +14,8 @@ class ApiSettings(ServiceSettings):
     """
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_API_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url", "database_url")
+    """Postgres: the ledger it serves; NATS: the live event stream."""
 
     host: str = "127.0.0.1"
     """Address the HTTP API listens on."""

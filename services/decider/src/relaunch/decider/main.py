@@ -8,9 +8,10 @@ import logging
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
 from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
+from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings
+from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
 from .adapters.ledger import Ledger
 from .domain.policies import PolicyFileError
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DeciderSettings)
+    require_backends(common, DeciderSettings)
     setup_logging("decider", common.log_level)
     setup_tracing("decider", common.otlp_endpoint, common.trace_file)
     # Validated before anything connects: a bad policy file is an operator's mistake to fix, not a retry.
@@ -37,11 +39,11 @@ async def amain() -> None:
     bus = await Bus.connect(common.nats_url, "decider")
     outbox = OutboxPublisher(bus, ledger, settings.outbox_interval_s)
     decider = Decider(ledger, outbox, policies)
-    db_ok = {"value": True}
+    db = Reachability("Postgres (RELAUNCH_DATABASE_URL, the ledger)", common.database_url)
 
     async def watch_db(stop: asyncio.Event) -> None:
         while not stop.is_set():
-            db_ok["value"] = await ledger.ping()
+            db.record(await ledger.ping())
             await asyncio.sleep(2)
 
     def tasks(stop: asyncio.Event):
@@ -63,7 +65,7 @@ async def amain() -> None:
         await ledger.close()
 
     await run_service("decider", settings.health_port,
-                      {"nats": lambda: bus.connected, "postgres": lambda: db_ok["value"]}, tasks, on_stop,
+                      {"nats": lambda: bus.connected, "postgres": lambda: db.reachable}, tasks, on_stop,
                       health_host=common.health_host)
 
 

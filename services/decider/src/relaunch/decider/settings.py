@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic_settings import SettingsConfigDict
 
 from relaunch.common.settings import ServiceSettings
@@ -9,6 +11,8 @@ class DeciderSettings(ServiceSettings):
     """RELAUNCH_DECIDER_* environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_DECIDER_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url", "database_url")
+    """Postgres: the ledger and its outbox."""
 
     outbox_interval_s: float = 1.0
     """How often unpublished outbox rows are looked for (besides a kick after each commit)."""

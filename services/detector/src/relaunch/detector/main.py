@@ -8,9 +8,10 @@ import gc
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume, consume_batch, handled_until
 from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
+from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings
+from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
 from .adapters.hotstate import HotState
 from .domain import hangs, stragglers
@@ -24,6 +25,7 @@ from .tracking import ProgressTracker
 async def amain() -> None:
     common = load_settings(CommonSettings)
     settings = load_settings(DetectorSettings)
+    require_backends(common, DetectorSettings)
     setup_logging("detector", common.log_level)
     setup_tracing("detector", common.otlp_endpoint, common.trace_file)
     catalogue = load_catalogue(settings.extra_signatures)
@@ -43,11 +45,11 @@ async def amain() -> None:
                               cache_jobs=settings.state_cache_jobs)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
-    redis_ok = {"value": True}
+    redis = Reachability("Redis (RELAUNCH_REDIS_URL, the detector's hot state)", common.redis_url)
 
     async def watch_redis(stop: asyncio.Event) -> None:
         while not stop.is_set():
-            redis_ok["value"] = await state.ping()
+            redis.record(await state.ping())
             await asyncio.sleep(2)
 
     def tasks(stop: asyncio.Event):
@@ -70,7 +72,7 @@ async def amain() -> None:
         await state.close()
 
     await run_service("detector", settings.health_port,
-                      {"nats": lambda: bus.connected, "redis": lambda: redis_ok["value"]}, tasks, on_stop,
+                      {"nats": lambda: bus.connected, "redis": lambda: redis.reachable}, tasks, on_stop,
                       health_host=common.health_host)
 
 

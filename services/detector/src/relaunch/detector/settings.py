@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic_settings import SettingsConfigDict
 
 from relaunch.common.settings import ServiceSettings
@@ -9,6 +11,8 @@ class DetectorSettings(ServiceSettings):
     """RELAUNCH_DETECTOR_* environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_DETECTOR_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url", "redis_url")
+    """Redis: hot state (progress, baselines, deadlines)."""
 
     follow_interval_s: float = 0.1
     """How often followed log files are read for new lines (one stat per file; at 0.1 s the failure

@@ -15,7 +15,7 @@ from relaunch.common.bus import Bus
 from relaunch.common.schemas import validate_name
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 
 from .adapters.fake_nvml import FakeNvml
 from .domain.classification import Rules
@@ -48,6 +48,7 @@ async def amain(node_arg: str | None) -> None:
     if node_arg:
         os.environ["RELAUNCH_PROBE_NODE"] = node_arg
     settings = load_settings(ProbeSettings)
+    require_backends(common, ProbeSettings)
     try:
         node = validate_name(settings.node)
         cluster = validate_name(common.cluster)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -12,6 +12,8 @@ class ProbeSettings(ServiceSettings):
     """RELAUNCH_PROBE_* environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_PROBE_", extra="forbid", frozen=True)
+    backends: ClassVar[tuple[str, ...]] = ("nats_url",)
+    """NATS only."""
 
     node: str = ""
     """The Slurm node this probe reports for (required; `--node` sets it too)."""

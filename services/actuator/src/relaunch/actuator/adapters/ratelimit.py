@@ -3,7 +3,9 @@
 Every actuator replica (and a restarted one) draws from the same bucket, so the blast radius of a
 storm of Advice is bounded cluster-wide. The bucket is updated in one Lua script, with Redis' own
 clock, so concurrent takers never both get the last token. Redis unavailable -> TemporaryError:
-the step waits (fail closed); nothing is held yet at that point, so nothing is stranded.
+the step waits (fail closed); nothing is held yet at that point, so nothing is stranded. That
+wait is never silent: `redis` (a Reachability, the actuator's "redis" health check) logs the outage
+at WARNING and reports not-ready until Redis answers again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from relaunch.common.errors import TemporaryError
+from relaunch.common.health import Reachability
 
 _TAKE = """
 local rate = tonumber(ARGV[1])
@@ -43,16 +46,26 @@ class ActionRateLimit:
         self.rate = per_minute / 60.0
         self.burst = burst
         self._take = self.r.register_script(_TAKE)
+        self.redis = Reachability("Redis (RELAUNCH_REDIS_URL, the cluster-wide action rate limit)", url)
 
     async def take(self) -> None:
         """Take one action token, or raise TemporaryError with the wait until the next one."""
         try:
             allowed, wait = await self._take(keys=[self.key], args=[self.rate, self.burst])
         except (redis_errors.RedisError, OSError) as exc:
+            self.redis.failed(f"{exc}; no requeue or cancel can be taken until it answers")
             raise TemporaryError(f"rate limiter (Redis) unavailable: {exc}", delay=2.0) from exc
+        self.redis.succeeded()
         if int(allowed) != 1:
             raise TemporaryError(f"cluster-wide action rate limit reached ({self.rate * 60:g}/min)",
                                  delay=max(0.1, float(wait)))
+
+    async def ping(self) -> bool:
+        """Whether Redis answers (and `redis` updated, as take() does)."""
+        try:
+            return self.redis.record(bool(await self.r.ping()))
+        except (redis_errors.RedisError, OSError) as exc:
+            return self.redis.record(False, exc)
 
     async def close(self) -> None:
         await self.r.aclose()
