@@ -21,6 +21,7 @@ SERVICE_SETTINGS = {
     "RELAUNCH_ACTUATOR_": ("relaunch.actuator.settings", "ActuatorSettings"),
     "RELAUNCH_API_": ("relaunch.api.settings", "ApiSettings"),
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
+    "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog", "WatchdogSettings"),
 }
 # Read straight from the environment by the relaunch CLI (relaunch demo), not by a settings class.
 CLI_ONLY = {"RELAUNCH_RUN_DIR"}
@@ -62,3 +63,30 @@ def runnable_module(module: str) -> bool:
         return spec.submodule_search_locations is None or importlib.util.find_spec(f"{module}.__main__") is not None
     except ModuleNotFoundError:
         return False
+
+
+# Each entry point a deployment runs -> the settings class of that service (whose `backends` says
+# which RELAUNCH_*_URL it cannot start without: relaunch.common.settings.require_backends).
+ENTRY_POINTS = {
+    "relaunch.detector": ("relaunch.detector.settings", "DetectorSettings"),
+    "relaunch.decider": ("relaunch.decider.settings", "DeciderSettings"),
+    "relaunch.actuator": ("relaunch.actuator.settings", "ActuatorSettings"),
+    "relaunch.actuator.watchdog": ("relaunch.actuator.watchdog", "WatchdogSettings"),
+    "relaunch.api": ("relaunch.api.settings", "ApiSettings"),
+    "relaunch.gpu_probe": ("relaunch.gpu_probe.settings", "ProbeSettings"),
+}
+
+
+def entry_point(command) -> str | None:
+    """The module of a `python -m MODULE ...` command (a list), or None."""
+    command = list(command or [])
+    if len(command) >= 3 and command[0] in ("python", "python3") and command[1] == "-m":
+        return command[2]
+    return None
+
+
+def needed_variables(module: str) -> list[str]:
+    """The RELAUNCH_*_URL variables the service started by `python -m module` needs, from its settings."""
+    path, name = ENTRY_POINTS[module]
+    cls = getattr(importlib.import_module(path), name)
+    return [f"RELAUNCH_{backend.upper()}" for backend in cls.backends]

@@ -15,7 +15,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_checks import DEPLOY, runnable_module, setting_fields, unknown_settings
+from deploy_checks import DEPLOY, ENTRY_POINTS, entry_point, needed_variables, runnable_module, setting_fields, unknown_settings
 
 CHART = DEPLOY / "helm" / "relaunch"
 KUBERNETES_VERSION = "1.35.0"
@@ -253,8 +253,8 @@ def test_pods_run_non_root_read_only_and_bounded(rendered, value_set):
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_services_have_probes_on_healthz_at_their_health_port(rendered, value_set):
     for name, spec in pod_specs(rendered[value_set]):
-        if name.endswith("-watchdog") or name.endswith("-nats-setup"):
-            continue  # not built yet / a one-shot hook Job: no health endpoint to promise
+        if name.endswith("-nats-setup"):
+            continue  # a one-shot hook Job: no health endpoint to promise
         container = spec["containers"][0]
         env = env_of(container)
         for kind in ("readinessProbe", "livenessProbe"):
@@ -411,3 +411,22 @@ def test_chart_declares_nats_as_an_optional_dependency_and_does_not_vendor_it():
     assert nats["condition"] == "nats.enabled"
     assert nats["repository"].startswith("https://")
     assert not (CHART / "charts").exists()
+
+
+# --- wiring ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_service_gets_every_backend_url_it_needs(rendered, value_set):
+    """From each service's settings (`backends`), in every value set CI renders."""
+    seen = set()
+    for pod, spec in pod_specs(rendered[value_set]):
+        for container in spec["containers"]:
+            module = entry_point(container.get("command", []) + container.get("args", []))
+            if module not in ENTRY_POINTS:
+                continue
+            seen.add(module)
+            env = env_of(container)
+            for variable in needed_variables(module):
+                assert variable in env and (env[variable].get("value") or env[variable].get("valueFrom")), \
+                    f"{value_set}: {pod}/{container['name']} ({module}) has no {variable}"
+    assert {"relaunch.detector", "relaunch.decider", "relaunch.actuator", "relaunch.api"} <= seen
