@@ -108,6 +108,13 @@ def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name 
                       f"→ {ad['status']} {ad['status_reason']}")
         for step in ad.get("reconcile", []):
             console.print(f"      {step['at'][11:23]} {step['status']:<9} {step['step'] or step['reason']}")
+    if data.get("audit"):
+        # Every service's entries, in order; in observe mode these include the Slurm commands the
+        # actuator would have run. Not markup: details hold brackets (node lists, argv).
+        console.print("  audit:")
+        for entry in data["audit"]:
+            console.print(f"      {entry['at'][11:23]} {entry['service']:<9} {entry['action']}: {entry['detail']}",
+                          markup=False, highlight=False)
 
 
 @policy_app.command("check")
