@@ -9,13 +9,14 @@ SLURM ?=
 STACK := RELAUNCH_SLURM=$(or $(SLURM),host)
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo test test-unit test-matrix bench bench-load reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
 	@echo "make up      start NATS, Redis, Postgres, a 4-node Slurm cluster and the services (.run/)"
 	@echo "make down    stop them"
 	@echo "make demo    show relaunch recovering a crashed job (starts the stack if needed)"
+	@echo "make demo-compose  the compose demo (deploy/compose) end to end in a private Docker engine (root; cached in /var/cache/relaunch/compose)"
 	@echo "make test    the whole test suite (starts and stops its own stack under .run/test)"
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
@@ -39,7 +40,12 @@ demo: setup
 	@$(STACK) bash scripts/stack.sh up
 	@source "$${RELAUNCH_RUN_DIR:-.run}/env" && relaunch demo --script examples/flaky-train.sh
 
-# Unit, integration and deploy tiers once (on the host's Slurm), then the end-to-end and reliability
+# deploy/compose's demo, end to end, in a Docker engine of its own with locally built stand-ins for
+# the images no registry serves here (scripts/compose-demo.sh; deploy/compose/compose.ci.yaml).
+demo-compose: setup
+	@bash scripts/compose-demo.sh
+
+# Unit, integration and deploy tiers once (on the host's Slurm) and the compose demo, then the end-to-end and reliability
 # tiers on every release of the matrix, each on a test stack of its own (tests/conftest.py).
 test:
 	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh

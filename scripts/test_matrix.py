@@ -1,5 +1,6 @@
-"""`make test`: the unit, integration and deploy tiers once, then the end-to-end and reliability tiers
-on every Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
+"""`make test`: the unit, integration and deploy tiers once, the compose demo once (make demo-compose:
+deploy/compose run in a private Docker engine), then the end-to-end and reliability tiers on every
+Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
 
     python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
     python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's end-to-end tiers
@@ -36,6 +37,24 @@ def pytest(name: str, paths: list[str], env: dict[str, str]) -> int:
     return 1 if rc == 5 else rc  # "no tests collected" is a failure here
 
 
+def compose_demo() -> tuple[int, str]:
+    """scripts/compose-demo.sh (make demo-compose); returns its exit status and its phase timings."""
+    started = time.monotonic()
+    print("\n=== compose-demo: scripts/compose-demo.sh", flush=True)
+    log = OUT / "compose-demo.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", "scripts/compose-demo.sh"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            out.write(line)
+        rc = proc.wait()
+    phases = [line.removeprefix("compose-demo: ").rstrip() for line in log.read_text().splitlines()
+              if line.startswith("compose-demo: ") and line.rstrip().endswith(" s")]
+    print(f"=== compose-demo: exit {rc} after {time.monotonic() - started:.0f} s", flush=True)
+    return rc, "\n".join(phases)
+
+
 def outcomes(xml: Path) -> dict[str, str]:
     """test id -> passed | failed | skipped, from a JUnit file."""
     found: dict[str, str] = {}
@@ -64,8 +83,13 @@ def main() -> int:
     parser.add_argument("--only-slurm-tiers", action="store_true", help="skip the tiers that run once")
     args = parser.parse_args()
     failed: list[str] = []
-    if not args.only_slurm_tiers and pytest("once", ONCE, {}) != 0:
-        failed.append("unit/integration/deploy")
+    compose = None
+    if not args.only_slurm_tiers:
+        if pytest("once", ONCE, {}) != 0:
+            failed.append("unit/integration/deploy")
+        compose = compose_demo()
+        if compose[0] != 0:
+            failed.append("compose demo")
     for release in args.releases:
         results = REPO / "test-artifacts" / "reliability" / release
         shutil.rmtree(results, ignore_errors=True)  # only this run's results (faults.py report)
@@ -73,6 +97,9 @@ def main() -> int:
         if pytest(f"slurm-{release}", PER_RELEASE, env) != 0:
             failed.append(f"Slurm {release}")
     table = summary(args.releases)
+    if compose is not None:
+        verdict = "passed" if compose[0] == 0 else f"**FAILED** (exit {compose[0]})"
+        table += f"\nCompose demo (make demo-compose): {verdict}\n\n```\n{compose[1]}\n```\n"
     (OUT / "summary.md").write_text(table)
     print("\nEnd-to-end and reliability tests on each Slurm release:\n\n" + table)
     if failed:

@@ -13,6 +13,7 @@ import copy
 import importlib.resources
 import json
 import re
+import re
 
 import jsonschema
 import pytest
@@ -76,9 +77,12 @@ def test_the_stack_has_infrastructure_slurm_and_every_service(compose):
 
 def test_relaunch_services_share_one_image_with_their_own_entry_points(compose):
     services = compose["services"]
-    images = {(services[name]["image"], json.dumps(services[name]["build"], sort_keys=True))
-              for name in [*RELAUNCH_SERVICES, "demo"]}
-    assert len(images) == 1
+    assert len({services[name]["image"] for name in [*RELAUNCH_SERVICES, "demo"]}) == 1
+    # Built once, by one service, and used by the others (one export, no dangling copies).
+    for image in ("relaunch:dev", "relaunch-slurm:dev"):
+        users = [name for name, s in services.items() if s.get("image") == image]
+        builders = [name for name in users if "build" in services[name]]
+        assert len(users) > 1 and len(builders) == 1, (image, builders)
     for name in RELAUNCH_SERVICES:
         command = services[name]["command"]
         assert command[:2] == ["python", "-m"] and runnable_module(command[2]), name
@@ -150,3 +154,25 @@ def test_actuator_and_demo_reach_slurm_and_jobs_share_their_log_folder(compose):
     for name in ("demo", "node1", "node2"):
         assert f"jobs:{run_dir}" in services[name]["volumes"], name
     assert f"jobs:{run_dir}:ro" in services["detector"]["volumes"]
+
+
+# --- compose.ci.yaml: how CI runs this file (make demo-compose) ---------------------------------------
+
+class _CiLoader(yaml.SafeLoader):
+    """Compose's `!reset` (drop the base file's value) read as None."""
+
+
+_CiLoader.add_constructor("!reset", lambda loader, node: None)
+
+
+def test_the_ci_override_runs_every_service_on_the_host_network_on_its_own_ports(compose):
+    ci = yaml.load((COMPOSE_DIR / "compose.ci.yaml").read_text(), Loader=_CiLoader)
+    assert set(ci["services"]) == set(compose["services"])
+    for name, service in ci["services"].items():
+        assert service["network_mode"] == "host", name
+    text = (COMPOSE_DIR / "compose.ci.yaml").read_text() + (COMPOSE_DIR / "ci" / "slurm.conf").read_text()
+    ports = [int(p) for p in re.findall(r"(?<![\d.])(28\d\d\d)(?!\d)", text)]
+    assert ports and all(28400 <= p <= 28499 for p in ports)
+    # The machine's CA bundle reaches pip only through the CI stand-in, never the users' images.
+    assert "pip.conf" not in (COMPOSE_DIR / "Dockerfile").read_text()
+    assert "ca-certificates.crt" in (COMPOSE_DIR / "ci" / "python" / "Dockerfile").read_text()
