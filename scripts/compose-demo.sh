@@ -23,7 +23,7 @@ RUN=${RELAUNCH_RUN_DIR:-$REPO/.run}/compose
 COMPOSE_DIR=$REPO/deploy/compose
 export DOCKER_HOST=unix://$CACHE/engine/docker.sock
 export DOCKER_CONFIG=$CACHE/docker-config
-export DOCKER_BUILDKIT=0 COMPOSE_BAKE=false   # the classic builder: docker.io 20.10 has no buildx
+export DOCKER_BUILDKIT=0   # the classic builder: docker.io 20.10 has no buildx (Compose says so, once, and builds)
 PROJECT=relaunch-ci
 
 die() { echo "compose-demo: $*" >&2; exit 1; }
@@ -36,7 +36,7 @@ phase() {  # name: time since the previous phase ended
 }
 
 [ "$(id -u)" = 0 ] || die "needs root (a private dockerd and debootstrap)"
-mkdir -p "$CACHE" "$RUN"; : > "$RUN/phases.txt"
+mkdir -p "$CACHE" "$RUN"; : > "$RUN/phases.txt"; rm -f "$RUN/compose-logs.txt"
 exec 9>"$CACHE/.lock"
 flock -n 9 || die "another compose demo is running on this machine (lock $CACHE/.lock)"
 
@@ -141,8 +141,12 @@ phase "demo (crash, recovery, COMPLETED)"
 # A user's own job, as docs/install-compose.md submits it: run to its end (sbatch --wait).
 job=$RUN/my-job.sh
 printf '#!/bin/bash\necho "step 1 loss 2.0"; sleep 1; echo "my job is done"\n' >"$job"; chmod 0755 "$job"
-demo_run -v "$job:/tmp/my-job.sh:ro" demo sbatch --wait --comment=relaunch --open-mode=append \
-  -o /var/lib/relaunch/run/jobs/%x-%j.out /tmp/my-job.sh || die "the user's own job did not complete"
+id=$(demo_run -v "$job:/tmp/my-job.sh:ro" demo sbatch --parsable --wait --comment=relaunch --open-mode=append \
+  -o /var/lib/relaunch/run/jobs/%x-%j.out /tmp/my-job.sh) || die "the user's own job did not complete"
+echo "Submitted my-job.sh as job $id; Slurm says it completed. What relaunch recorded:"
+# The ledger hears of the end within a poll or two of the actuator's observer.
+demo_run demo sh -c "for i in \$(seq 40); do relaunch jobs show $id | grep -q 'state=COMPLETED' && exec relaunch jobs show $id; sleep 0.5; done; relaunch jobs show $id; exit 1" \
+  || die "relaunch did not record job $id as COMPLETED"
 demo_run demo relaunch jobs
 phase "own job (COMPLETED)"
 compose down -v --remove-orphans >"$RUN/compose-down.log" 2>&1

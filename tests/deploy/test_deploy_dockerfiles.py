@@ -126,3 +126,11 @@ def test_slurm_entrypoint_is_valid_shell():
     entrypoint = DEPLOY / "compose" / "slurm" / "entrypoint.sh"
     assert entrypoint.stat().st_mode & 0o111, "entrypoint.sh must be executable"
     subprocess.run(["sh", "-n", str(entrypoint)], check=True, timeout=10)
+
+
+def test_the_root_dockerignore_matches_the_dockerfiles_own():
+    """The classic builder reads only the context's .dockerignore: without it, .venv and every
+    __pycache__ would be sent and would defeat the build cache."""
+    def rules(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    assert rules(DEPLOY.parent / ".dockerignore") == rules(SERVICES_IMAGE.with_name("Dockerfile.dockerignore"))
