@@ -38,7 +38,8 @@ phase() {  # name: time since the previous phase ended
 [ "$(id -u)" = 0 ] || die "needs root (a private dockerd and debootstrap)"
 mkdir -p "$CACHE" "$RUN"; : > "$RUN/phases.txt"; rm -f "$RUN/compose-logs.txt"
 exec 9>"$CACHE/.lock"
-flock -n 9 || die "another compose demo is running on this machine (lock $CACHE/.lock)"
+# One demo at a time per machine (its ports are fixed, 28400-28499): a second waits for the first.
+flock -w 1200 9 || die "another compose demo kept the lock $CACHE/.lock for 20 min"
 
 # --- 1. the engine -------------------------------------------------------------------------------
 need=()
