@@ -101,13 +101,17 @@ if ! "$DOCKER" image inspect debian:12.12-slim >/dev/null 2>&1; then
   root=$CACHE/rootfs-bookworm
   if ! [ -f "$CACHE/rootfs-bookworm.done" ]; then
     rm -rf "$root"
-    debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 \
+    # The host's own Debian archive (this machine is Debian bookworm too) unless RELAUNCH_DEBIAN_MIRROR
+    # names another; the image gets the host's apt sources (main, updates, security) as they are.
+    mirror=${RELAUNCH_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' \
+      /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1)}
+    [ -n "$mirror" ] || die "no Debian archive in the host's apt sources; set RELAUNCH_DEBIAN_MIRROR"
+    debootstrap --variant=minbase bookworm "$root" "$mirror" >"$RUN/debootstrap.log" 2>&1 \
       || die "debootstrap failed (see $RUN/debootstrap.log)"
-    cat >"$root/etc/apt/sources.list" <<SOURCES
-deb http://deb.debian.org/debian bookworm main
-deb http://deb.debian.org/debian bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
-SOURCES
+    rm -f "$root/etc/apt/sources.list"
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
+      if [ -f "$f" ]; then mkdir -p "$(dirname "$root$f")"; cp "$f" "$root$f"; fi
+    done
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     touch "$CACHE/rootfs-bookworm.done"
   fi

@@ -41,6 +41,7 @@ def compose_demo() -> tuple[int, str]:
     """scripts/compose-demo.sh (make demo-compose); returns its exit status and its phase timings."""
     started = time.monotonic()
     print("\n=== compose-demo: scripts/compose-demo.sh", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / "compose-demo.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(["bash", "scripts/compose-demo.sh"], cwd=REPO, stdout=subprocess.PIPE,
