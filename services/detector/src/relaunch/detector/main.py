@@ -15,7 +15,8 @@ from relaunch.common.settings import CommonSettings, load_settings
 from .adapters.hotstate import HotState
 from .domain import hangs, stragglers
 from .domain.signatures import load_catalogue
-from .handlers import Detector, Follower
+from .adapters.follower import Follower
+from .handlers import Detector
 from .rebuilding import HotStateRebuilder
 from .settings import DetectorSettings
 from .tracking import ProgressTracker
