@@ -10,7 +10,7 @@ from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.domain import hangs, stragglers
-from relaunch.detector.domain.signatures import builtin_catalogue
+from relaunch.common.diagnosis.signatures import builtin_catalogue
 from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.handlers import Detector
 from relaunch.detector.tracking import ProgressTracker

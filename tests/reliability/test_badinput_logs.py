@@ -17,7 +17,7 @@ from relaunch.common.schemas import LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.adapters.logfiles import MAX_LINE_BYTES
 from relaunch.detector.domain.detection import crash_from_log
-from relaunch.detector.domain.signatures import load_catalogue
+from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.settings import DetectorSettings
 

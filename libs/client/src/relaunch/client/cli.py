@@ -189,14 +189,11 @@ def classify(files: list[str] = typer.Argument(..., help="Log files to classify;
                                         "results are the same; only the speed differs.")) -> None:
     """Say what went wrong in training logs, offline (no server): the root cause, its fault domain and
     what relaunch would do. Exit 2 when a file cannot be read."""
-    try:  # the detector is optional for the client: only this command needs it
-        from relaunch.detector.domain.signatures import CatalogueError
-        from relaunch.detector.offline import classify_stream, load_scanner
-        from relaunch.detector.scan_engines import ENGINES, EngineUnavailable
-    except ImportError as exc:
-        err.print(f"[red]relaunch classify needs the detector package[/red] (relaunch-detector: "
-                  f"pip install -e services/detector): {escape(str(exc))}")
-        raise typer.Exit(EXIT_USAGE) from exc
+    # Imported here, not at the top: only this command needs the scanner (start-up time is benchmarked).
+    from relaunch.common.diagnosis.offline import classify_stream, load_scanner
+    from relaunch.common.diagnosis.scan_engines import ENGINES, EngineUnavailable
+    from relaunch.common.diagnosis.signatures import CatalogueError
+
     if engine not in ENGINES:
         err.print(f"[red]--engine must be one of {', '.join(ENGINES)}[/red]")
         raise typer.Exit(EXIT_USAGE)

@@ -11,16 +11,16 @@ import os
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.errors import TemporaryError
 from relaunch.common.job_states import FAILED_STATES
 from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
-from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.follower import Follower
+from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import unreadable_reason
 from .domain.detection import crash_from_log, crash_from_scheduler
-from .domain.signatures import Catalogue
 from .metrics import anomaly_published
 from .tracking import ProgressTracker
 

@@ -7,15 +7,15 @@ import gc
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume, consume_batch, handled_until
+from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
+from .adapters.follower import Follower
 from .adapters.hotstate import HotState
 from .domain import hangs, stragglers
-from .domain.signatures import load_catalogue
-from .adapters.follower import Follower
 from .handlers import Detector
 from .rebuilding import HotStateRebuilder
 from .settings import DetectorSettings
