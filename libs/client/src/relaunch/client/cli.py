@@ -20,6 +20,7 @@ from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
 from relaunch.common.schemas import dump
 
 from . import inject, operator_cli
+from . import settings as client_settings
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
 
@@ -41,11 +42,11 @@ EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
 
 def _api() -> str:
-    return os.environ.get("RELAUNCH_API_URL", "http://127.0.0.1:14080").rstrip("/")
+    return client_settings.api_url()
 
 
 def _cluster(cluster: str | None) -> str:
-    return cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+    return client_settings.cluster(cluster)
 
 
 def _get(path: str, params: dict | None = None) -> dict:
@@ -161,7 +162,7 @@ def policy_check(comment: str,
 def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject filter."),
                 as_json: bool = typer.Option(False, "--json", help="Print each message body as JSON.")) -> None:
     """Follow relaunch messages live until interrupted."""
-    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    url = client_settings.nats_url()
 
     async def run() -> None:
         async for subj, msg in subscribe(url, subject):
@@ -273,7 +274,7 @@ def _print_classification(name: str, found) -> None:
 def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The job to submit."),
          timeout: float = typer.Option(60.0, help="Give up after this many seconds.")) -> None:
     """Submit a job that crashes once and narrate, in plain words, how relaunch recovers it."""
-    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    url = client_settings.nats_url()
     jobs_dir = Path(os.environ.get("RELAUNCH_RUN_DIR", ".run")) / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     if not script.exists():

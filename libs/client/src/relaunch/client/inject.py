@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 from enum import StrEnum
 
 import nats
@@ -22,6 +21,8 @@ from rich.markup import escape
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, dump
+
+from . import settings as client_settings
 
 app = typer.Typer(help="Make the fake GPU probe on a node report a fault (XID, ECC, NVLink, throttling, a lost "
                        "GPU), or clear them.", no_args_is_help=True, add_completion=False)
@@ -46,11 +47,11 @@ class ThrottleReason(StrEnum):
 
 
 def _nats_url() -> str:
-    return os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    return client_settings.nats_url()
 
 
 def _cluster(cluster: str | None) -> str:
-    return cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+    return client_settings.cluster(cluster)
 
 
 async def _quiet(exc: Exception) -> None:
