@@ -127,20 +127,17 @@ def policy_check(comment: str,
         else:
             console.print("not opted in: the comment has no 'relaunch' token")
         raise typer.Exit(EXIT_NOT_FOUND)
-    try:  # the policy file belongs to the decider: without it, only the grammar can be checked
-        from relaunch.decider.domain.policies import PolicyFileError, resolve
-        from relaunch.decider.policy_file import load_policies
-    except ImportError:
-        errors, effective, source = list(optin.errors), {**optin.options, "policy": optin.policy or "default"}, None
-        note = "policy caps not checked: the decider package (relaunch-decider) is not installed"
-    else:
-        try:
-            policies = load_policies(policy_file)
-        except PolicyFileError as exc:
-            err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from exc
-        policy = resolve(optin, policies)
-        errors, effective, source, note = list(policy.option_errors), policy.as_dict(), policies.source, ""
+    # Imported here: only this command needs the policy file's schema. The decider resolves with the same code.
+    from relaunch.common.policies.policy_file import load_policies
+    from relaunch.common.policies.policy_set import PolicyFileError, resolve
+
+    try:
+        policies = load_policies(policy_file)
+    except PolicyFileError as exc:
+        err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    policy = resolve(optin, policies)
+    errors, effective, source = list(policy.option_errors), policy.as_dict(), policies.source
     mode = "observe-only" if errors else "act"
     if as_json:
         print(json.dumps({"opted_in": True, "grammar": GRAMMAR_VERSION, "mode": mode, "errors": errors,
@@ -149,10 +146,7 @@ def policy_check(comment: str,
         for error in errors:
             console.print(f"[red]error[/red]: {escape(error)}", soft_wrap=True, highlight=False)
         console.print(f"mode: {mode}")
-        if note:
-            console.print(f"[yellow]{note}[/yellow]")
-        elif source:
-            console.print(f"policies from: {escape(source)}", soft_wrap=True)
+        console.print(f"policies from: {escape(source)}", soft_wrap=True)
         console.print(f"effective policy: {escape(json.dumps(effective))}", soft_wrap=True, highlight=False)
     if errors:
         raise typer.Exit(EXIT_USAGE)

@@ -7,16 +7,16 @@ import logging
 
 from relaunch.common import subjects
 from relaunch.common.bus import Bus, consume
+from relaunch.common.policies.policy_file import load_policies
+from relaunch.common.policies.policy_set import PolicyFileError
 from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
 
 from .adapters.ledger import Ledger
-from .domain.policies import PolicyFileError
 from .handlers import Decider
 from .outbox import OutboxPublisher
-from .policy_file import load_policies
 from .settings import DeciderSettings
 
 log = logging.getLogger(__name__)
