@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # noqa: E402
 
 from relaunch.common import subjects  # noqa: E402
-from relaunch.common.bus import Bus  # noqa: E402
+from relaunch.common.connection import Bus  # noqa: E402
 from relaunch.common.schemas import dump  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

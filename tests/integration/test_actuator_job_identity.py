@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.schemas import AnomalyDetected, JobObserved
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher

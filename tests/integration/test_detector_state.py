@@ -5,7 +5,8 @@ import datetime as dt
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch
 from relaunch.detector.adapters.hotstate import HotState

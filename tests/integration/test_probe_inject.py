@@ -8,7 +8,7 @@ import pytest
 
 from relaunch.client import inject
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, connect_options
+from relaunch.common.connection import Bus, connect_options
 from relaunch.common.schemas import NodeHealth
 from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
 from relaunch.gpu_probe.handlers import Probe, ProbeConfig

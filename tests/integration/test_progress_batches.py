@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import LogBatch, ProgressReported
 from relaunch.detector.adapters.hotstate import HELD, HotState
@@ -268,7 +269,7 @@ async def test_batches_handled_at_once_apply_a_jobs_reports_in_order(redis_and_b
     for job in ("1", "2", "3"):
         assert await state.progress(both, job) == await state.progress(one, job), job
     assert stragglers.StragglerState.from_dict((await state.progress(both, "1"))["straggler"]).total == 5
-    assert concurrent._inflight == {}
+    assert len(concurrent._lanes) == 0, "no job keeps a lane once its batches are done"
 
 
 async def test_a_state_written_by_an_older_release_is_read(redis_and_bus, unique):

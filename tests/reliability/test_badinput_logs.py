@@ -12,7 +12,8 @@ import time
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import MAX_BODY_BYTES, Bus
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import MAX_BODY_BYTES
 from relaunch.common.schemas import LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.adapters.logfiles import MAX_LINE_BYTES

@@ -14,8 +14,12 @@ import nats.errors
 import pytest
 from natsprivate import CLUSTER, Client, PrivateNats, port
 
+from relaunch.common import consumers
+from relaunch.common.consumers import Consumer
 from relaunch.common import natsauth, subjects
-from relaunch.common.bus import Bus, Delivery, connect_options, consume
+from relaunch.common.connection import Bus, connect_options
+from relaunch.common.outcomes import Delivery
+from relaunch.common.serving import consume
 from relaunch.common.schemas import Advice, AuditEntry, LogBatch, NodeHealth, dump
 from relaunch.common.settings import CommonSettings
 
@@ -128,7 +132,7 @@ async def test_the_actuator_consumes_and_acks_advice(server):
         got.put_nowait(body)
 
     stop = asyncio.Event()
-    task = asyncio.create_task(consume(actuator, subjects.ACTUATOR_ADVICE, Advice, handle, stop))
+    task = asyncio.create_task(consume(actuator, consumers.ACTUATOR_ADVICE, handle, stop))
     try:
         await decider.publish(subjects.advice(CLUSTER, "777"), advice("777"), msg_id="perm-consume-777")
         while (body := await asyncio.wait_for(got.get(), 15)).job_id != "777":
@@ -165,7 +169,7 @@ async def test_each_service_uses_its_own_durables_and_no_other(server, user):
 
         asyncio.get_running_loop().call_later(1.0, stop.set)
         # Creates, binds and pulls from each of its durables (nothing there to take).
-        await asyncio.gather(*(consume(bus, spec, LogBatch, handle, stop) for spec in natsauth.CONSUMERS[user]))
+        await asyncio.gather(*(consume(bus, Consumer(user, spec, LogBatch), handle, stop) for spec in natsauth.CONSUMERS[user]))
         for spec in natsauth.CONSUMERS[user]:
             assert (await bus.js.consumer_info(spec.stream.name, spec.durable)).config.durable_name == spec.durable
         assert not errors, errors

@@ -26,6 +26,9 @@ class Bus:
         self.js = JetStream()
         self.published: list[object] = []
 
+    async def last_message(self, stream, subject):
+        return None  # no newer Advice, no anomaly on record
+
     async def publish(self, subject, msg, msg_id):
         self.published.append(msg)
 

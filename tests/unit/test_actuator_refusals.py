@@ -75,6 +75,9 @@ class Bus:
     def __init__(self) -> None:
         self.published: list[tuple[str, object, str]] = []
 
+    async def last_message(self, stream, subject):
+        return None  # no newer Advice, no anomaly on record
+
     async def publish(self, subject, msg, msg_id):
         self.published.append((subject, msg, msg_id))
 

@@ -205,6 +205,9 @@ class RecordingBus:
     def __init__(self) -> None:
         self.published: list = []
 
+    async def last_message(self, stream, subject):
+        return None  # no newer Advice, no anomaly on record
+
     async def publish(self, subject, model, msg_id=None):
         self.published.append(model)
 

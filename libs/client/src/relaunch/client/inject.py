@@ -65,7 +65,7 @@ async def request_injection(nats_url: str, injection: FaultInjection,
     Raises OSError-like errors (nats.errors.NoServersError, OSError, TimeoutError) when NATS itself
     cannot be reached."""
     # nats-py treats max_reconnect_attempts=0 as "forever" for the first connect; 1 means one retry.
-    from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+    from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
     nc = await nats.connect(nats_url, connect_timeout=min(timeout_s, 3.0), allow_reconnect=False,
                             max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,

@@ -60,7 +60,7 @@ class ProgressReporter:
     async def _publish_loop(self) -> None:
         import nats
 
-        from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+        from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
         nc = None
         loop = asyncio.get_running_loop()

@@ -28,7 +28,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from . import subjects
+from . import consumers, subjects
 from .subjects import ConsumerSpec
 
 ADMIN = "admin"
@@ -40,11 +40,9 @@ HOLDS_BUCKET = "relaunch-holds"
 API = "$JS.API"
 
 CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
-    "detector": (subjects.DETECTOR_LOGS, subjects.DETECTOR_JOBS, subjects.DETECTOR_PROGRESS),
-    "decider": (subjects.DECIDER_JOBS, subjects.DECIDER_ANOMALIES, subjects.DECIDER_RECONCILE,
-                subjects.DECIDER_AUDIT, subjects.DECIDER_NODES),
-    "actuator": (subjects.ACTUATOR_ADVICE,),
+    service: tuple(c.spec for c in consumers.of(service)) for service in ("detector", "decider", "actuator")
 }
+"""Each service's durable consumers, from their one declaration (relaunch.common.consumers)."""
 
 
 SHARED_PROBE = "gpu-probe"
@@ -174,7 +172,7 @@ def read_password(path: str | os.PathLike) -> str:
 
 async def setup_streams() -> None:
     """Create or update every stream as the admin user (credentials from RELAUNCH_NATS_* settings)."""
-    from .bus import Bus
+    from .connection import Bus
     from .settings import CommonSettings
 
     bus = await Bus.connect(CommonSettings().nats_url, ADMIN, wait_s=30)

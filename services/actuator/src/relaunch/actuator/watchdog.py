@@ -16,7 +16,8 @@ from typing import Literal
 from pydantic_settings import SettingsConfigDict
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
 from relaunch.common.service import run_service, setup_logging

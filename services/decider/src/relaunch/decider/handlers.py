@@ -8,7 +8,7 @@ from dataclasses import replace
 from prometheus_client import Counter
 
 from relaunch.common import subjects
-from relaunch.common.bus import Delivery, utcnow
+from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
 from relaunch.common.policies.policy_file import load_policies

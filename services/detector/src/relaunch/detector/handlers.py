@@ -10,7 +10,8 @@ import logging
 import os
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.errors import TemporaryError
 from relaunch.common.job_states import FAILED_STATES

@@ -24,7 +24,8 @@ from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
 from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth, dump
 
 from .domain.classification import Rules, classify

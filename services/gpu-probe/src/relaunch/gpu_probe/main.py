@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.schemas import validate_name
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing

@@ -17,7 +17,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Message
 

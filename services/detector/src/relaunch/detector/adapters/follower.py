@@ -9,7 +9,8 @@ import json
 import logging
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import LogBatch
 
