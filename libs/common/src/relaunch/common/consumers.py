@@ -1,6 +1,6 @@
-"""Every durable consumer of relaunch, declared once (docs/architecture.md, "Errors"; DESIGN.md
-section 3 is the plan it follows): which service reads it, the message model, how it is ordered and
-which engine pulls it. From these declarations come
+"""Every durable consumer of relaunch, declared once (docs/architecture.md, "Errors"; docs/events.md,
+"Durable consumers"): which service reads it, the message model, how it is ordered and which engine
+pulls it. From these declarations come
 - the wiring: `subscriber()` makes a service router's FastStream subscriber (`NatsRouter`,
   `JStream(declare=False)`, `PullSub`), and `relaunch.common.ingest` pulls the high-volume ingest;
 - the NATS permissions (`natsauth.CONSUMERS`);

@@ -1,6 +1,6 @@
 """gpu-probe's bus wiring: sample -> classify -> publish NodeHealth, the XID watcher, fault injection.
 
-Publishing (DESIGN.md section 3, `relaunch.signal.node.<cluster>.<node>`):
+Publishing (docs/events.md, `relaunch.signal.node.<cluster>.<node>`):
 - every `interval_s`: these publications are also the probe's heartbeats (NodeHealth.interval_s tells
   consumers the period), so a node whose probe falls silent is noticed and becomes evidence;
 - at once when the backend reports an XID (trigger "xid") or a fault is injected (trigger "inject").
