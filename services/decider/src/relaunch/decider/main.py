@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from relaunch.common import subjects
+from relaunch.common import consumers
 from relaunch.common.connection import Bus
-from relaunch.common.serving import consume
+from relaunch.common.serving import serve
 from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicyFileError
-from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings
