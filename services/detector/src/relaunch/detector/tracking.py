@@ -27,12 +27,12 @@ from relaunch.common.lanes import KeyedLanes
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
 from .adapters.hotstate import HELD, HotState, parse_nodes
+from .adapters.statecache import StateCache
 from .domain import hangs, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
 from .metrics import anomaly_published
-from .statecache import StateCache
 
 log = logging.getLogger(__name__)
 
