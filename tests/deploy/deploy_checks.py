@@ -19,6 +19,7 @@ SERVICE_SETTINGS = {
     "RELAUNCH_DETECTOR_": ("relaunch.detector.settings", "DetectorSettings"),
     "RELAUNCH_DECIDER_": ("relaunch.decider.settings", "DeciderSettings"),
     "RELAUNCH_ACTUATOR_": ("relaunch.actuator.settings", "ActuatorSettings"),
+    "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
     "RELAUNCH_API_": ("relaunch.api.settings", "ApiSettings"),
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
 }

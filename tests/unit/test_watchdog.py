@@ -4,7 +4,7 @@ import pytest
 
 from relaunch.actuator.adapters.coordination import Hold
 from relaunch.actuator.domain.observing import Observed
-from relaunch.actuator.watchdog import Watchdog
+from relaunch.actuator.watchdog.sweeping import Watchdog
 
 
 class FakeSlurm:
