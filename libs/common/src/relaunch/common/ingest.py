@@ -1,9 +1,6 @@
-"""The ingest engine: progress reports and log batches (thousands a second) pulled on the broker's
-connection by relaunch's own batch puller rather than FastStream's batch subscriber (measured 4x
-cheaper per message: no task and no timer per message). Also here: `handled_until` (how far a
-durable has been read, for judging silence) and the durable's creation. Outcomes are settled by
-`relaunch.common.outcomes.settle`, exactly as for the FastStream subscribers.
-"""
+"""The ingest engine: progress and log batches (thousands a second) pulled on the broker's connection
+by relaunch's own batch puller, 4x cheaper per message than FastStream's batch subscriber; also
+`handled_until` and durable creation. Outcomes are settled by `outcomes.settle`, as for FastStream's."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ log = logging.getLogger(__name__)
 
 
 async def ensure_durable(bus: Bus, consumer: Consumer, stop: asyncio.Event | None = None) -> bool:
-    """Create, or update an existing durable whose settings changed in a new release (ack_wait,
-    max_deliver are editable); retried until it works or `stop` is set (False then)."""
+    """Create or update the durable (ack_wait, max_deliver); retried until done or `stop` (False)."""
     spec = consumer.spec
     while stop is None or not stop.is_set():
         try:
@@ -51,13 +47,11 @@ async def consume_batch(
     handler: Callable[[list[tuple[M, Delivery]]], Awaitable[list[Exception | None]]],
     stop: asyncio.Event, *, active: Callable[[], bool] | None = None, concurrency: int = 1,
 ) -> None:
-    """Pull `consumer` a batch at a time until `stop` is set. The handler gets the messages of one
-    pull whose bodies parse, in stream order, and returns one result per message: None (ack) or the
-    exception that message met (settled as `outcomes.settle` says); an exception the handler raises
-    applies to every message of the batch. Bodies that do not parse are dead-lettered one by one. One
-    span per batch. `concurrency`: batches in the handler at once (the next is pulled and handled
-    while the last waits on its store); above 1 only for a handler that keeps each subject's batches
-    in order itself (the progress tracker does, with KeyedLanes)."""
+    """Pull `consumer` a batch at a time until `stop` is set. The handler gets one pull's valid bodies
+    in stream order and returns one result per message: None (ack) or the exception it met (settled
+    by `outcomes.settle`; one the handler raises applies to all). Invalid bodies are dead-lettered one
+    by one. One span per batch. `concurrency` > 1 (batches in the handler at once) only for a handler
+    that keeps each subject's batches in order itself (the progress tracker does, with KeyedLanes)."""
     if not await ensure_durable(bus, consumer, stop):
         return
     spec, model, batch = consumer.spec, consumer.model, consumer.batch
@@ -123,8 +117,7 @@ async def consume_batch(
 async def consume_each(
     bus: Bus, consumer: Consumer, handler: Callable[[M, Delivery], Awaitable[None]], stop: asyncio.Event,
 ) -> None:
-    """Pull `consumer` and handle its messages one by one (each settled on its own), those of one
-    subject in stream order and, when the consumer is `per_subject`, different subjects' at once."""
+    """Pull `consumer`, each message settled on its own; subjects at once when `per_subject`."""
 
     async def each(items: list[tuple[M, Delivery]]) -> list[Exception | None]:
         lanes = KeyedLanes()
@@ -235,13 +228,10 @@ class BatchPuller:
 
 
 async def handled_until(bus: Bus, consumer: Consumer, now: float) -> float:
-    """Epoch seconds before which every message on `consumer`'s durable has been handled (acked):
-    `now` when nothing is pending, else the publish time of the first message on the consumer's
-    subjects after its ack floor.
-
-    A judgement about silence (a hang) is sound only up to this time: a detector that is behind must
-    not take progress it has not read yet for no progress. Raises TemporaryError when NATS cannot say.
-    """
+    """Epoch seconds before which every message on `consumer`'s durable has been acked: `now` when
+    nothing is pending, else the publish time of the first message after its ack floor. Silence (a
+    hang) is judged only up to here: a detector that is behind must not take progress it has not read
+    for no progress. Raises TemporaryError when NATS cannot say."""
     spec = consumer.spec
     try:
         info = await bus.js.consumer_info(spec.stream.name, spec.durable)
