@@ -20,8 +20,11 @@ from relaunch.common import natsauth, subjects
 from relaunch.common.connection import Bus, connect_options
 from relaunch.common.outcomes import Delivery
 from relaunch.common.serving import consume
-from relaunch.common.schemas import Advice, AuditEntry, LogBatch, NodeHealth, dump
+from relaunch.common.schemas import Advice, AuditEntry, FaultInjection, InjectionAck, LogBatch, NodeHealth, dump
 from relaunch.common.settings import CommonSettings
+from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
+from relaunch.gpu_probe.handlers import Probe, ProbeConfig
+from relaunch.gpu_probe.router import router as probe_router
 
 pytestmark = pytest.mark.reliability
 
@@ -225,6 +228,27 @@ async def test_a_probe_publishes_and_answers_only_for_its_own_node(server):
         assert await client.refused("publish", "_INBOX_cli.forged")
     finally:
         await probe.close()
+        await cli.close()
+
+
+async def test_a_probe_answers_the_clis_inject_request_through_its_faststream_router(server):
+    """The declared responder (consumers.PROBE_INJECT) as the probe runs it, as its own NATS user: the
+    reply reaches the CLI's private inbox (`_INBOX_cli.`), which only allow_responses lets it publish to."""
+    bus = await bus_as(server, "gpu-probe-node1")
+    probe = Probe(bus, FakeNvml(8), ProbeConfig(cluster=CLUSTER, node="node1", expected_gpus=8, interval_s=60))
+    cli = await Client.connect(server, "cli")
+    try:
+        await bus.serve(probe_router(probe))
+        request = FaultInjection(cluster=CLUSTER, node="node1", fault="ecc", gpu=2, requested_at=NOW)
+        reply = await cli.nc.request(subjects.control_inject(CLUSTER, "node1"), dump(request), timeout=3)
+        assert reply.subject.startswith(f"{natsauth.inbox_prefix('cli')}.")
+        ack = InjectionAck.model_validate_json(reply.data)
+        assert ack.accepted and (ack.cluster, ack.node) == (CLUSTER, "node1"), ack
+        refused = InjectionAck.model_validate_json(
+            (await cli.nc.request(subjects.control_inject(CLUSTER, "node1"), b"{not json", timeout=3)).data)
+        assert not refused.accepted and "not a valid FaultInjection" in refused.detail
+    finally:
+        await bus.close()
         await cli.close()
 
 

@@ -1,40 +1,27 @@
-"""The probe's shell with the bus in memory: what it publishes, when, and how it answers injections."""
+"""The probe's shell with the bus in memory: what it publishes, when, and how it answers injections
+(its router on FastStream's TestNatsBroker)."""
 
 import asyncio
 import datetime as dt
 
 import pytest
+from faststream.exceptions import SubscriberNotFound
+from faststream.nats import NatsBroker, TestNatsBroker
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth, dump
 from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
 from relaunch.gpu_probe.domain.samples import Sample
 from relaunch.gpu_probe.handlers import Probe, ProbeConfig
+from relaunch.gpu_probe.router import router
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
 
-class MemoryNats:
-    def __init__(self) -> None:
-        self.subscriptions: dict[str, object] = {}
-
-    async def subscribe(self, subject, cb):
-        self.subscriptions[subject] = cb
-        nats = self
-
-        class Sub:
-            async def unsubscribe(self):
-                nats.subscriptions.pop(subject, None)
-
-        return Sub()
-
-    async def flush(self):
-        pass
-
-
 class MemoryBus:
+    """Where the probe's NodeHealth publications go (inject requests reach it through TestNatsBroker)."""
+
     def __init__(self) -> None:
-        self.nc = MemoryNats()
         self.published: list[tuple[str, NodeHealth]] = []
         self.down = False
 
@@ -43,14 +30,6 @@ class MemoryBus:
             raise ConnectionError("nats is down")
         self.published.append((subject, model))
         return True
-
-
-class Msg:
-    def __init__(self, data: bytes, reply: str = "_INBOX.1") -> None:
-        self.data, self.reply, self.answer = data, reply, None
-
-    async def respond(self, data: bytes) -> None:
-        self.answer = InjectionAck.model_validate_json(data)
 
 
 def make_probe(backend=None, interval_s=30.0):
@@ -72,19 +51,28 @@ async def wait_for(bus: MemoryBus, predicate, timeout=2.0) -> NodeHealth:
             await asyncio.sleep(0.01)
 
 
+async def ask(broker, data: bytes, node: str = "node2") -> InjectionAck:
+    """A `relaunch inject` request through the broker; the probe's reply."""
+    reply = await broker.request(data, subjects.control_inject("c1", node), timeout=2)
+    return InjectionAck.model_validate_json(reply.body)
+
+
 @pytest.fixture
 async def running():
-    """A probe whose tasks run, with a 30 s interval: any quick publication after the first is event-driven."""
+    """A probe whose tasks run and whose router answers in memory, with a 30 s interval: any quick
+    publication after the first is event-driven."""
     probe, bus = make_probe()
-    stop = asyncio.Event()
-    tasks = [asyncio.ensure_future(t) for t in probe.tasks(stop)]
-    await wait_for(bus, lambda h: h.trigger == "start")
-    await asyncio.wait_for(probe.injections_ready.wait(), 2)
-    yield probe, bus
-    stop.set()
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    broker = NatsBroker()
+    broker.include_router(router(probe))
+    async with TestNatsBroker(broker) as memory:
+        stop = asyncio.Event()
+        tasks = [asyncio.ensure_future(t) for t in probe.tasks(stop)]
+        await wait_for(bus, lambda h: h.trigger == "start")
+        yield probe, bus, memory
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_a_publication_is_a_heartbeat_that_says_its_period():
@@ -98,10 +86,9 @@ async def test_a_publication_is_a_heartbeat_that_says_its_period():
 
 
 async def test_an_injected_xid_is_published_at_once_as_failed(running):
-    _, bus = running
-    msg = Msg(injection(fault="xid", code=79, gpu=1))
-    await bus.nc.subscriptions[subjects.control_inject("c1", "node2")](msg)
-    assert msg.answer.accepted and msg.answer.detail == "XID 79 on GPU 1"
+    _, bus, broker = running
+    answer = await ask(broker, injection(fault="xid", code=79, gpu=1))
+    assert answer.accepted and answer.detail == "XID 79 on GPU 1"
     health = await wait_for(bus, lambda h: h.trigger == "xid", timeout=1.0)
     assert health.verdict == "failed" and any("XID 79" in r for r in health.reasons)
     assert [(x.gpu, x.code, x.xid_class) for x in health.xids] == [(1, 79, "hardware")]
@@ -109,9 +96,8 @@ async def test_an_injected_xid_is_published_at_once_as_failed(running):
 
 
 async def test_an_injected_state_is_published_at_once(running):
-    _, bus = running
-    msg = Msg(injection(fault="throttle", gpu=0, throttle="hw_thermal"))
-    await bus.nc.subscriptions[subjects.control_inject("c1", "node2")](msg)
+    _, bus, broker = running
+    assert (await ask(broker, injection(fault="throttle", gpu=0, throttle="hw_thermal"))).accepted
     health = await wait_for(bus, lambda h: h.trigger == "inject", timeout=1.0)
     assert health.verdict == "degraded" and health.gpus[0].throttle_reasons == ["hw_thermal"]
 
@@ -131,10 +117,16 @@ async def test_the_xid_stays_in_later_heartbeats_until_cleared():
     (dump(FaultInjection(cluster="c1", node="node3", fault="clear", requested_at=NOW)), "not c1/node3"),
     (dump(FaultInjection(cluster="c1", node="node2", fault="ecc", gpu=9, requested_at=NOW)), "GPU 9 does not exist"),
 ])
-def test_a_request_it_cannot_apply_is_refused_with_the_reason(data, words):
-    probe, _ = make_probe()
-    ack = probe.handle_injection(data)
+async def test_a_request_it_cannot_apply_is_refused_with_the_reason(running, data, words):
+    _, _, broker = running
+    ack = await ask(broker, data)
     assert not ack.accepted and words in ack.detail
+
+
+async def test_it_answers_only_its_own_node(running):
+    _, _, broker = running
+    with pytest.raises(SubscriberNotFound):  # nobody subscribes to node3's subject: no responders
+        await ask(broker, injection(fault="clear", node="node3"), node="node3")
 
 
 class RealLikeBackend:

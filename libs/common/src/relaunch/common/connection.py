@@ -126,6 +126,7 @@ class Bus:
         for router in routers:
             self.broker.include_router(router)
         await self.broker.start()
+        await self.nc.flush()  # the server knows every core subscription from here on (a request finds it)
 
     async def publish(self, subject: str, model: Message, msg_id: str | None = None,
                       traceparent: str | None = None) -> bool:

@@ -1,6 +1,7 @@
 """Every durable consumer of relaunch, declared once (docs/architecture.md, "Errors"; docs/events.md,
 "Durable consumers"): which service reads it, the message model, how it is ordered and which engine
-pulls it. From these declarations come
+pulls it; and the one core NATS request/reply, the gpu-probe's fault injection (`Responder`). From
+these declarations come
 - the wiring: `subscriber()` makes a service router's FastStream subscriber (`NatsRouter`,
   `JStream(declare=False)`, `PullSub`), and `relaunch.common.ingest` pulls the high-volume ingest;
 - the NATS permissions (`natsauth.CONSUMERS`);
@@ -19,8 +20,8 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig, DeliverPolicy
 
 from . import subjects
 from .outcomes import parse_body
-from .schemas import (AnomalyDetected, AuditEntry, JobObserved, LogBatch, Message, NodeHealth,
-                      ProgressReported, ReconcileStatus, Advice)
+from .schemas import (AnomalyDetected, AuditEntry, FaultInjection, InjectionAck, JobObserved, LogBatch, Message,
+                      NodeHealth, ProgressReported, ReconcileStatus, Advice)
 
 
 @dataclass(frozen=True)
@@ -108,3 +109,48 @@ def subscriber(router: NatsRouter, consumer: Consumer, inbox_prefix: str = "_INB
         decoder=decoder(consumer.model), no_reply=True,
         title=f"{spec.durable}:{consumer.model.__name__}", description=consumer.description,
     )
+
+
+@dataclass(frozen=True)
+class Responder:
+    """A core NATS request/reply subscriber: nothing durable, nothing acked; the handler's return value
+    is the reply, published to the requester's own inbox (`_INBOX_<user>.`, natsauth) on the reply
+    subject the request names, which `allow_responses` lets the responder publish to once."""
+
+    service: str
+    subject: str
+    """The subject with its parameters in braces (`{cluster}`, `{node}`): `subject_for` fills them in.
+    Each process answers its own concrete subject only (its NATS user may subscribe to nothing else)."""
+    request: type[Message]
+    reply: type[Message]
+    description: str = ""
+
+    def subject_for(self, **params: str) -> str:
+        return self.subject.format(**params)
+
+    def facts(self) -> dict[str, Any]:
+        """relaunch's facts about the responder for the AsyncAPI document (x-relaunch-responder)."""
+        return {"core_nats": True, "request": self.request.__name__, "reply": self.reply.__name__}
+
+
+PROBE_INJECT = Responder("gpu-probe", subjects.control_inject("{cluster}", "{node}"), FaultInjection, InjectionAck,
+                         "Fault injection into one node's fake GPUs (`relaunch inject`), answered at once with "
+                         "an InjectionAck; an invalid request is answered too, refused with the reason.")
+
+RESPONDERS: tuple[Responder, ...] = (PROBE_INJECT,)
+
+
+async def raw_body(message: Any) -> bytes:
+    """A FastStream decoder that leaves the body as it came: a responder answers an invalid request
+    with the reason, so the body is validated by its handler, not before it."""
+    return message.body
+
+
+def responder(router: NatsRouter, declared: Responder, **params: str) -> Callable:
+    """The FastStream core subscriber of `declared` on `router`, on the subject `params` make (or on the
+    templated subject, for the AsyncAPI document); the handler takes the raw body and returns the
+    reply's bytes."""
+    subject = declared.subject_for(**params) if params else declared.subject
+    return router.subscriber(subject, decoder=raw_body,
+                             title=f"{declared.subject}:{declared.request.__name__}",
+                             description=declared.description)

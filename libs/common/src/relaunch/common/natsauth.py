@@ -125,12 +125,14 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
     for node in nodes:
         user = probe_user(node)
         users[user] = _service(user, [subjects.signal_node(cluster, node)],
-                               subscribe=[subjects.control_inject(cluster, node)], responses=True)
+                               subscribe=[consumers.PROBE_INJECT.subject_for(cluster=cluster, node=node)],
+                               responses=True)
     if shared_probe:
         users[SHARED_PROBE] = {
             "publish": {"allow": [subjects.signal_node(cluster, "*"),
                                   *(f"{API}.STREAM.INFO.{spec.name}" for spec in subjects.STREAMS)]},
-            "subscribe": {"allow": [subjects.control_inject(cluster, "*"), f"{inbox_prefix(SHARED_PROBE)}.>"]},
+            "subscribe": {"allow": [consumers.PROBE_INJECT.subject_for(cluster=cluster, node="*"),
+                                    f"{inbox_prefix(SHARED_PROBE)}.>"]},
             "allow_responses": True}
     return users
 

@@ -14,6 +14,7 @@ from . import consumers
 from .connection import Bus
 from .ingest import ensure_durable
 from .outcomes import Delivery, M, delivery_of
+from .schemas import Message, dump
 
 
 def delivery(msg: NatsMessage) -> Delivery:
@@ -34,6 +35,19 @@ def route(router: NatsRouter, consumer: consumers.Consumer, handler: Callable[[M
     handle.__annotations__ = {"body": model, "msg": NatsMessage, "return": None}
     handle.__name__ = handle.__qualname__ = consumer.spec.durable.replace("-", "_")
     consumers.subscriber(router, consumer, inbox_prefix)(handle)
+
+
+def answer(router: NatsRouter, declared: consumers.Responder, handler: Callable[[bytes], Message],
+           **params: str) -> None:
+    """Declare the responder `declared` on `router` for the subject `params` make, answering each
+    request with `handler(body)` (the raw body: an invalid one is answered too, with the reason)."""
+
+    async def handle(body):
+        return dump(handler(body))
+
+    handle.__annotations__ = {"body": bytes, "return": bytes}
+    handle.__name__ = handle.__qualname__ = f"answer_{declared.request.__name__}"
+    consumers.responder(router, declared, **params)(handle)
 
 
 async def serve(bus: Bus, router: NatsRouter, declared: tuple[consumers.Consumer, ...]) -> None:

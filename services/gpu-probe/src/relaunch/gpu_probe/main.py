@@ -21,6 +21,7 @@ from .adapters.fake_nvml import FakeNvml
 from .domain.classification import Rules
 from .domain.samples import BackendUnavailable, GpuBackend
 from .handlers import Probe, ProbeConfig
+from .router import router
 from .settings import ProbeSettings
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ async def amain(node_arg: str | None) -> None:
     backend = make_backend(settings)  # before connecting: a node without NVML fails fast and says why
     bus = await Bus.connect(common.nats_url, f"gpu-probe-{node}")
     probe = Probe(bus, backend, probe_config(cluster, node, settings))
+    await bus.serve(router(probe))  # answers this node's inject requests from here on
     log.info("gpu-probe for %s/%s: backend %s, %d GPUs expected, every %.1fs", cluster, node, backend.backend,
              settings.expected_gpus, settings.interval_s)
 
