@@ -94,10 +94,14 @@ def decoder(model: type[Message]) -> Callable:
     return decode
 
 
-def subscriber(router: NatsRouter, consumer: Consumer, inbox_prefix: str = "_INBOX") -> Callable:
+def subscriber(router: NatsRouter, consumer: Consumer, inbox_prefix: str = "_INBOX",
+               document_only: bool = False) -> Callable:
     """The FastStream subscriber of `consumer` on `router` (use it as a decorator of the handler,
-    which takes the body and, if it wants them, the message's Delivery through `delivery()`)."""
-    assert consumer.engine == "faststream", f"{consumer.spec.durable} is pulled by relaunch.common.ingest"
+    which takes the body and, if it wants them, the message's Delivery through `delivery()`).
+    `document_only`: for a router that only feeds the AsyncAPI document, where the ingest engine's
+    consumers are declared too."""
+    assert document_only or consumer.engine == "faststream", \
+        f"{consumer.spec.durable} is pulled by relaunch.common.ingest"
     spec = consumer.spec
     return router.subscriber(
         spec.filter_subject, stream=JStream(spec.stream.name, declare=False), durable=spec.durable,
@@ -118,6 +122,8 @@ class Responder:
     subject the request names, which `allow_responses` lets the responder publish to once."""
 
     service: str
+    name: str
+    """The responder's name (its AsyncAPI channel and operation are `<name>:<request model>`)."""
     subject: str
     """The subject with its parameters in braces (`{cluster}`, `{node}`): `subject_for` fills them in.
     Each process answers its own concrete subject only (its NATS user may subscribe to nothing else)."""
@@ -133,7 +139,8 @@ class Responder:
         return {"core_nats": True, "request": self.request.__name__, "reply": self.reply.__name__}
 
 
-PROBE_INJECT = Responder("gpu-probe", subjects.control_inject("{cluster}", "{node}"), FaultInjection, InjectionAck,
+PROBE_INJECT = Responder("gpu-probe", "probe-inject", subjects.control_inject("{cluster}", "{node}"),
+                         FaultInjection, InjectionAck,
                          "Fault injection into one node's fake GPUs (`relaunch inject`), answered at once with "
                          "an InjectionAck; an invalid request is answered too, refused with the reason.")
 
@@ -152,5 +159,5 @@ def responder(router: NatsRouter, declared: Responder, **params: str) -> Callabl
     reply's bytes."""
     subject = declared.subject_for(**params) if params else declared.subject
     return router.subscriber(subject, decoder=raw_body,
-                             title=f"{declared.subject}:{declared.request.__name__}",
+                             title=f"{declared.name}:{declared.request.__name__}",
                              description=declared.description)

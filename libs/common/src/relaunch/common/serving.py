@@ -22,10 +22,14 @@ def delivery(msg: NatsMessage) -> Delivery:
     return delivery_of(msg.raw_message)
 
 
-def route(router: NatsRouter, consumer: consumers.Consumer, handler: Callable[[M, Delivery], Awaitable[None]],
-          inbox_prefix: str = "_INBOX") -> None:
-    """Declare `consumer` on `router`, calling `handler(body, delivery)` for each message."""
+def route(router: NatsRouter, consumer: consumers.Consumer,
+          handler: Callable[[M, Delivery], Awaitable[None]] | None = None, inbox_prefix: str = "_INBOX") -> None:
+    """Declare `consumer` on `router`, calling `handler(body, delivery)` for each message. Without a
+    handler, the declaration alone: a router for the AsyncAPI document (scripts/asyncapi.py), never
+    served; the ingest engine's consumers are declared there too, though FastStream never pulls them."""
     model = consumer.model
+    if handler is None:
+        handler = _declared_only
 
     async def handle(body, msg):
         await handler(body, delivery_of(msg.raw_message))
@@ -34,13 +38,16 @@ def route(router: NatsRouter, consumer: consumers.Consumer, handler: Callable[[M
     # reads them to validate the body and to inject the message.
     handle.__annotations__ = {"body": model, "msg": NatsMessage, "return": None}
     handle.__name__ = handle.__qualname__ = consumer.spec.durable.replace("-", "_")
-    consumers.subscriber(router, consumer, inbox_prefix)(handle)
+    consumers.subscriber(router, consumer, inbox_prefix, document_only=handler is _declared_only)(handle)
 
 
-def answer(router: NatsRouter, declared: consumers.Responder, handler: Callable[[bytes], Message],
+def answer(router: NatsRouter, declared: consumers.Responder, handler: Callable[[bytes], Message] | None = None,
            **params: str) -> None:
     """Declare the responder `declared` on `router` for the subject `params` make, answering each
-    request with `handler(body)` (the raw body: an invalid one is answered too, with the reason)."""
+    request with `handler(body)` (the raw body: an invalid one is answered too, with the reason).
+    Without a handler or params, the declaration alone on the templated subject (for the document)."""
+    if handler is None:
+        handler = _declared_only
 
     async def handle(body):
         return dump(handler(body))
@@ -48,6 +55,10 @@ def answer(router: NatsRouter, declared: consumers.Responder, handler: Callable[
     handle.__annotations__ = {"body": bytes, "return": bytes}
     handle.__name__ = handle.__qualname__ = f"answer_{declared.request.__name__}"
     consumers.responder(router, declared, **params)(handle)
+
+
+def _declared_only(*_args):
+    raise RuntimeError("a router declared for the AsyncAPI document only is never served")
 
 
 async def serve(bus: Bus, router: NatsRouter, declared: tuple[consumers.Consumer, ...]) -> None:

@@ -12,13 +12,15 @@ from relaunch.common.serving import route
 from .handlers import Decider
 
 
-def router(decider: Decider, inbox_prefix: str = "_INBOX") -> NatsRouter:
+def router(decider: Decider | None = None, inbox_prefix: str = "_INBOX") -> NatsRouter:
+    """The decider's router; without a decider, the declaration alone (for the AsyncAPI document)."""
     r = NatsRouter()
-    route(r, consumers.DECIDER_JOBS, decider.on_job, inbox_prefix)
-    route(r, consumers.DECIDER_ANOMALIES, decider.on_anomaly, inbox_prefix)
-    route(r, consumers.DECIDER_RECONCILE, decider.on_reconcile, inbox_prefix)
-    route(r, consumers.DECIDER_AUDIT, decider.on_audit, inbox_prefix)
-    route(r, consumers.DECIDER_NODES, decider.on_node, inbox_prefix)
+    d = decider
+    route(r, consumers.DECIDER_JOBS, d and d.on_job, inbox_prefix)
+    route(r, consumers.DECIDER_ANOMALIES, d and d.on_anomaly, inbox_prefix)
+    route(r, consumers.DECIDER_RECONCILE, d and d.on_reconcile, inbox_prefix)
+    route(r, consumers.DECIDER_AUDIT, d and d.on_audit, inbox_prefix)
+    route(r, consumers.DECIDER_NODES, d and d.on_node, inbox_prefix)
     r.publisher(subjects.advice("{cluster}", "{job_id}"), stream=JStream(subjects.ADVICE.name, declare=False),
                 schema=Advice, title="advice", description="Advice, published by the outbox with its Msg-Id.")
     return r

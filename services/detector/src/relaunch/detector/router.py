@@ -13,9 +13,14 @@ from relaunch.common.serving import route
 from .handlers import Detector
 
 
-def router(detector: Detector, inbox_prefix: str = "_INBOX") -> NatsRouter:
+def router(detector: Detector | None = None, inbox_prefix: str = "_INBOX") -> NatsRouter:
+    """The detector's router; without a detector, the declaration alone (for the AsyncAPI document),
+    the ingest engine's two consumers included."""
     r = NatsRouter()
-    route(r, consumers.DETECTOR_JOBS, detector.on_job, inbox_prefix)
+    route(r, consumers.DETECTOR_JOBS, detector.on_job if detector else None, inbox_prefix)
+    if detector is None:
+        route(r, consumers.DETECTOR_LOGS)
+        route(r, consumers.DETECTOR_PROGRESS)
     r.publisher(subjects.event_anomaly("{cluster}", "{job_id}"), stream=JStream(subjects.EVENTS.name, declare=False),
                 schema=AnomalyDetected, title="anomaly", description="A crash, hang, divergence or straggler.")
     r.publisher(subjects.signal_log("{cluster}", "{job_id}"), stream=JStream(subjects.SIGNALS.name, declare=False),

@@ -15,7 +15,9 @@ from .handlers import Probe
 def router(probe: Probe | None = None) -> NatsRouter:
     """The probe's router; without a probe, the declaration alone (templated subjects, for AsyncAPI)."""
     r = NatsRouter()
-    if probe is not None:
+    if probe is None:
+        answer(r, consumers.PROBE_INJECT)
+    else:
         answer(r, consumers.PROBE_INJECT, probe.answer_injection, cluster=probe.config.cluster,
                node=probe.config.node)
     r.publisher(subjects.signal_node("{cluster}", "{node}"), stream=JStream(subjects.SIGNALS.name, declare=False),
