@@ -1,12 +1,13 @@
-"""The probe's shell with the bus in memory: what it publishes, when, and how it answers injections
-(its router on FastStream's TestNatsBroker)."""
+"""The probe's shell with the bus in memory (FastStream's TestNatsBroker, tests/unit/memorybus.py):
+what it publishes, when, and how its router answers injections."""
 
 import asyncio
+import contextlib
 import datetime as dt
 
 import pytest
 from faststream.exceptions import SubscriberNotFound
-from faststream.nats import NatsBroker, TestNatsBroker
+from memorybus import Streams, memory_bus
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth, dump
@@ -16,36 +17,26 @@ from relaunch.gpu_probe.handlers import Probe, ProbeConfig
 from relaunch.gpu_probe.router import router
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+CONFIG = ProbeConfig(cluster="c1", node="node2", expected_gpus=8, interval_s=30.0, event_wait_s=0.05)
 
 
-class MemoryBus:
-    """Where the probe's NodeHealth publications go (inject requests reach it through TestNatsBroker)."""
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, NodeHealth]] = []
-        self.down = False
-
-    async def publish(self, subject, model, msg_id=None):
-        if self.down:
-            raise ConnectionError("nats is down")
-        self.published.append((subject, model))
-        return True
-
-
-def make_probe(backend=None, interval_s=30.0):
-    bus = MemoryBus()
-    config = ProbeConfig(cluster="c1", node="node2", expected_gpus=8, interval_s=interval_s, event_wait_s=0.05)
-    return Probe(bus, backend or FakeNvml(8), config, clock=lambda: NOW), bus
+@contextlib.asynccontextmanager
+async def on_bus(backend=None):
+    """A probe on a bus in memory, its router included: (probe, what reached the streams, the bus)."""
+    probe = Probe(None, backend or FakeNvml(8), CONFIG, clock=lambda: NOW)
+    async with memory_bus("gpu-probe-node2", router(probe)) as (bus, streams):
+        probe.bus = bus
+        yield probe, streams, bus
 
 
 def injection(**kw) -> bytes:
     return dump(FaultInjection(**{"cluster": "c1", "node": "node2", "requested_at": NOW, **kw}))
 
 
-async def wait_for(bus: MemoryBus, predicate, timeout=2.0) -> NodeHealth:
+async def wait_for(streams: Streams, predicate, timeout=2.0) -> NodeHealth:
     async with asyncio.timeout(timeout):
         while True:
-            for _, health in bus.published:
+            for health in streams.of(NodeHealth):
                 if predicate(health):
                     return health
             await asyncio.sleep(0.01)
@@ -61,14 +52,11 @@ async def ask(broker, data: bytes, node: str = "node2") -> InjectionAck:
 async def running():
     """A probe whose tasks run and whose router answers in memory, with a 30 s interval: any quick
     publication after the first is event-driven."""
-    probe, bus = make_probe()
-    broker = NatsBroker()
-    broker.include_router(router(probe))
-    async with TestNatsBroker(broker) as memory:
+    async with on_bus() as (probe, streams, bus):
         stop = asyncio.Event()
         tasks = [asyncio.ensure_future(t) for t in probe.tasks(stop)]
-        await wait_for(bus, lambda h: h.trigger == "start")
-        yield probe, bus, memory
+        await wait_for(streams, lambda h: h.trigger == "start")
+        yield probe, streams, bus.broker
         stop.set()
         for t in tasks:
             t.cancel()
@@ -76,40 +64,41 @@ async def running():
 
 
 async def test_a_publication_is_a_heartbeat_that_says_its_period():
-    probe, bus = make_probe()
-    health = await probe.publish_once()
-    subject, published = bus.published[0]
-    assert subject == subjects.signal_node("c1", "node2") and published == health
-    assert (health.verdict, health.trigger, health.seq, health.interval_s) == ("healthy", "interval", 1, 30.0)
-    assert (health.gpu_count, health.expected_gpus, health.backend, health.at) == (8, 8, "fake", NOW)
-    assert (await probe.publish_once()).seq == 2
+    async with on_bus() as (probe, streams, _):
+        health = await probe.publish_once()
+        (published,) = streams.messages
+        assert published.subject == subjects.signal_node("c1", "node2") and published.stream == subjects.SIGNALS.name
+        assert published.body == health
+        assert (health.verdict, health.trigger, health.seq, health.interval_s) == ("healthy", "interval", 1, 30.0)
+        assert (health.gpu_count, health.expected_gpus, health.backend, health.at) == (8, 8, "fake", NOW)
+        assert (await probe.publish_once()).seq == 2
 
 
 async def test_an_injected_xid_is_published_at_once_as_failed(running):
-    _, bus, broker = running
+    _, streams, broker = running
     answer = await ask(broker, injection(fault="xid", code=79, gpu=1))
     assert answer.accepted and answer.detail == "XID 79 on GPU 1"
-    health = await wait_for(bus, lambda h: h.trigger == "xid", timeout=1.0)
+    health = await wait_for(streams, lambda h: h.trigger == "xid", timeout=1.0)
     assert health.verdict == "failed" and any("XID 79" in r for r in health.reasons)
     assert [(x.gpu, x.code, x.xid_class) for x in health.xids] == [(1, 79, "hardware")]
     assert health.gpus[1].xids == [79]
 
 
 async def test_an_injected_state_is_published_at_once(running):
-    _, bus, broker = running
+    _, streams, broker = running
     assert (await ask(broker, injection(fault="throttle", gpu=0, throttle="hw_thermal"))).accepted
-    health = await wait_for(bus, lambda h: h.trigger == "inject", timeout=1.0)
+    health = await wait_for(streams, lambda h: h.trigger == "inject", timeout=1.0)
     assert health.verdict == "degraded" and health.gpus[0].throttle_reasons == ["hw_thermal"]
 
 
 async def test_the_xid_stays_in_later_heartbeats_until_cleared():
-    probe, _ = make_probe()
-    probe.handle_injection(injection(fault="xid", code=48, gpu=0))
-    probe.record_xids(probe.backend.wait_xids(0.5))  # what the watcher does
-    assert (await probe.publish_once()).verdict == "failed"
-    assert (await probe.publish_once()).verdict == "failed"
-    assert probe.handle_injection(injection(fault="clear")).accepted
-    assert (await probe.publish_once()).verdict == "healthy"
+    async with on_bus() as (probe, _, _):
+        probe.handle_injection(injection(fault="xid", code=48, gpu=0))
+        probe.record_xids(probe.backend.wait_xids(0.5))  # what the watcher does
+        assert (await probe.publish_once()).verdict == "failed"
+        assert (await probe.publish_once()).verdict == "failed"
+        assert probe.handle_injection(injection(fault="clear")).accepted
+        assert (await probe.publish_once()).verdict == "healthy"
 
 
 @pytest.mark.parametrize("data, words", [
@@ -145,16 +134,19 @@ class RealLikeBackend:
 
 
 def test_a_probe_on_real_gpus_refuses_injections():
-    probe, _ = make_probe(RealLikeBackend())
+    probe = Probe(None, RealLikeBackend(), CONFIG, clock=lambda: NOW)
     ack = probe.handle_injection(injection(fault="xid", code=79))
     assert not ack.accepted and "real GPUs" in ack.detail and ack.backend == "nvml"
 
 
-async def test_a_bus_outage_does_not_stop_the_probe():
-    probe, bus = make_probe()
-    bus.down = True
-    health = await probe.publish_once()
-    assert health.verdict == "healthy" and bus.published == []
+async def test_a_bus_outage_does_not_stop_the_probe(monkeypatch):
+    async with on_bus() as (probe, streams, bus):
+        async def down(*args, **kwargs):
+            raise ConnectionError("nats is down")
+
+        monkeypatch.setattr(bus.broker, "publish", down)
+        health = await probe.publish_once()
+        assert health.verdict == "healthy" and streams.messages == []
 
 
 class BrokenBackend(RealLikeBackend):
@@ -163,7 +155,8 @@ class BrokenBackend(RealLikeBackend):
 
 
 async def test_a_sampling_bug_is_reported_in_the_heartbeat_not_silence():
-    probe, _ = make_probe(BrokenBackend())
-    health = await probe.publish_once()
-    assert health.verdict == "degraded" and "driver went away" in health.reasons[0]
-    assert probe.sampling_ok()
+    async with on_bus(BrokenBackend()) as (probe, streams, _):
+        health = await probe.publish_once()
+        assert health.verdict == "degraded" and "driver went away" in health.reasons[0]
+        assert streams.of(NodeHealth) == [health]
+        assert probe.sampling_ok()

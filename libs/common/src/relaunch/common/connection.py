@@ -6,6 +6,7 @@ trace context, dead letters, the last message of a subject). No service module t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 8.0
 """Longest one connection attempt may take, TLS handshake and first JetStream round trip included."""
+PUBLISH_TIMEOUT_S = 5.0
+"""Longest a durable publication waits for its PubAck (nats-py's JetStream default)."""
 DLQ_PAYLOAD_KEEP = 64 * 1024
 """How much of a rejected body the DLQ entry keeps (the size is recorded whole)."""
 
@@ -85,7 +88,12 @@ class Bus:
         self.inbox_prefix = inbox
         """This user's reply-inbox prefix (natsauth.inbox_prefix): pull subscriptions get replies under it."""
         self.nc: NATS = broker.connection
-        self.js: JetStreamContext = self.nc.jetstream()
+
+    @functools.cached_property
+    def js(self) -> JetStreamContext:
+        """The JetStream context of the broker's connection (made at first use: a broker in
+        FastStream's TestNatsBroker has no real connection, and publishing does not need it)."""
+        return self.nc.jetstream()
 
     @classmethod
     async def connect(cls, url: str, service: str, *, wait_s: float = 60.0, options: dict | None = None) -> Bus:
@@ -142,8 +150,11 @@ class Bus:
             headers[telemetry.TRACEPARENT] = traceparent
         else:
             telemetry.inject(headers)
-        ack = await self.js.publish(subject, payload, headers=headers or None)
-        return not ack.duplicate
+        # Through the broker (FastStream's JetStream producer; in TestNatsBroker, to the subscribers in
+        # memory), naming the stream: the PubAck says it is stored, and whether it was a duplicate.
+        ack = await self.broker.publish(payload, subject, headers=headers, stream=stream_of(subject).name,
+                                        timeout=PUBLISH_TIMEOUT_S)
+        return ack is None or not ack.duplicate  # None: in memory (TestNatsBroker), nothing is deduplicated
 
     async def dead_letter(self, subject: str, reason: str, data: bytes, msg_id: str | None) -> None:
         letter = DeadLetter(
@@ -185,6 +196,21 @@ class Bus:
             except (TimeoutError, nats.errors.Error):
                 pass
             await self.nc.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def stream_of(subject: str) -> subjects.StreamSpec:
+    """The stream that stores `subject` (every subject relaunch publishes durably has one)."""
+    tokens = subject.split(".")
+    for spec in subjects.STREAMS:
+        for pattern in spec.subjects:
+            want = pattern.split(".")
+            if want[-1] == ">" and len(tokens) >= len(want) and all(
+                    w in ("*", t) for w, t in zip(want[:-1], tokens, strict=False)):
+                return spec
+            if len(want) == len(tokens) and all(w in ("*", t) for w, t in zip(want, tokens, strict=True)):
+                return spec
+    raise ValueError(f"no stream stores {subject}: it cannot be published durably")
 
 
 async def _stop_subscribers(broker: NatsBroker) -> None:
