@@ -9,7 +9,7 @@ Channels, operations, messages and payload schemas are FastStream's, from each s
 (`router()` without its handlers: the declaration alone) and relaunch.common.publishers. Added here,
 from the same declarations (relaunch.common.consumers), are the facts FastStream does not know:
 `x-relaunch-consumer` (durable, stream, filter, ack_wait, max_deliver, engine) on each consumer's
-operation, `x-relaunch-stream` on each channel a stream stores, and the inject responder's request,
+operation, `x-relaunch-reader` on the API's live reader of EVENTS, `x-relaunch-stream` on each channel a stream stores, and the inject responder's request,
 reply and `x-relaunch-responder`. A unit test (tests/unit/test_asyncapi.py) regenerates the document
 and fails on any difference, so a contract change shows up as a diff of this file in review.
 """
@@ -27,6 +27,7 @@ from faststream.specification import AsyncAPI
 from pydantic.json_schema import models_json_schema
 
 from relaunch.actuator.router import router as actuator_router
+from relaunch.api.adapters.events import router as api_router
 from relaunch.common import consumers, publishers, schemas, subjects
 from relaunch.decider.router import router as decider_router
 from relaunch.detector.router import router as detector_router
@@ -51,7 +52,8 @@ PARAMETERS = {
 
 def routers() -> list[NatsRouter]:
     """Every declared router: each service's, and what several parts publish."""
-    return [detector_router(), decider_router(), actuator_router(), probe_router(), publishers.router()]
+    return [detector_router(), decider_router(), actuator_router(), probe_router(), api_router(),
+            publishers.router()]
 
 
 def _matches(filter_: str, address: str) -> bool:
@@ -108,6 +110,8 @@ def build() -> dict:
         if consumer is not None:
             operation["x-relaunch-consumer"] = {**consumer.facts(), "engine": consumer.engine,
                                                 "per_subject": consumer.per_subject, "batch": consumer.batch}
+    for reader in consumers.READERS:
+        doc["operations"][f"{reader.name}:{reader.stream.name}"]["x-relaunch-reader"] = reader.facts()
     for responder in consumers.RESPONDERS:
         _responder(doc, responder)
     # The wire form of every model (serialization mode: defaults are always written), FastStream's

@@ -20,8 +20,11 @@ from relaunch.common import natsauth, subjects
 from relaunch.common.connection import Bus, connect_options
 from relaunch.common.outcomes import Delivery
 from relaunch.common.serving import consume
-from relaunch.common.schemas import Advice, AuditEntry, FaultInjection, InjectionAck, LogBatch, NodeHealth, dump
+from relaunch.common.schemas import (Advice, AuditEntry, FaultInjection, InjectionAck, LogBatch, NodeHealth,
+                                     ReconcileStatus, dump)
 from relaunch.common.settings import CommonSettings
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from relaunch.api.adapters.events import EventSubscription
 from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
 from relaunch.gpu_probe.handlers import Probe, ProbeConfig
 from relaunch.gpu_probe.router import router as probe_router
@@ -250,6 +253,37 @@ async def test_a_probe_answers_the_clis_inject_request_through_its_faststream_ro
     finally:
         await bus.close()
         await cli.close()
+
+
+async def test_the_apis_live_reader_is_a_faststream_subscriber_its_user_may_run(server):
+    """The declared reader (consumers.API_EVENTS) as the API runs it, as the api user: an ordered
+    consumer from a sequence, its messages handed over in order, nothing acked, nothing refused."""
+    api = await bus_as(server, "api")
+    errors: list[str] = []
+    api.nc._error_cb = _collect(errors)
+    admin = await bus_as(server, "admin")
+    sub = None
+    try:
+        # Reconcile statuses (the actuator's, published here by admin): no other test reads job 6's.
+        subject = subjects.event_reconcile(CLUSTER, "6")
+        statuses = [ReconcileStatus(cluster=CLUSTER, job_id="6", generation=1, status="PENDING",
+                                    reason=f"step {i}", at=NOW) for i in range(3)]
+        for i, status in enumerate(statuses):
+            await admin.publish(subject, status, msg_id=f"perm-api-reader-{i}")
+        first = (await admin.last_message(subjects.EVENTS, subject))[1] - 2
+        sub = EventSubscription(api, subject,
+                                ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first))
+        await sub.start()
+        got = [await sub.next(timeout=3) for _ in statuses]
+        assert [e.seq for e in got] == [first, first + 1, first + 2]
+        assert [ReconcileStatus.model_validate_json(e.data).reason for e in got] == [s.reason for s in statuses]
+        assert await sub.next(timeout=0.3) is None
+        assert not errors, errors
+    finally:
+        if sub is not None:
+            await sub.close()
+        await api.close()
+        await admin.close()
 
 
 async def test_the_api_reads_events_and_publishes_only_audit_entries(server):

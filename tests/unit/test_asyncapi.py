@@ -49,6 +49,8 @@ def test_every_declared_consumer_appears_with_relaunchs_facts():
         operation = operations[f"{responder.name}:{responder.request.__name__}"]
         assert operation["x-relaunch-responder"]["reply"] == responder.reply.__name__
         assert "reply" in operation
+    for reader in consumers.READERS:
+        assert operations[f"{reader.name}:{reader.stream.name}"]["x-relaunch-reader"]["ordered_consumer"]
 
 
 def test_every_declared_publisher_appears():

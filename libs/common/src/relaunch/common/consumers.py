@@ -1,7 +1,7 @@
 """Every durable consumer of relaunch, declared once (docs/architecture.md, "Errors"; docs/events.md,
 "Durable consumers"): which service reads it, the message model, how it is ordered and which engine
-pulls it; and the one core NATS request/reply, the gpu-probe's fault injection (`Responder`). From
-these declarations come
+pulls it; the one core NATS request/reply, the gpu-probe's fault injection (`Responder`); and the
+API's live readers of EVENTS (`Reader`). From these declarations come
 - the wiring: `subscriber()` makes a service router's FastStream subscriber (`NatsRouter`,
   `JStream(declare=False)`, `PullSub`), and `relaunch.common.ingest` pulls the high-volume ingest;
 - the NATS permissions (`natsauth.CONSUMERS`);
@@ -161,3 +161,41 @@ def responder(router: NatsRouter, declared: Responder, **params: str) -> Callabl
     return router.subscriber(subject, decoder=raw_body,
                              title=f"{declared.name}:{declared.request.__name__}",
                              description=declared.description)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Live reading of a stream: one JetStream ordered consumer per reader (ephemeral, in memory, no
+    acks, named by the server and gone when the reader goes; nats-py recreates it from the last
+    sequence seen when a message goes missing). Its messages are handed over as they come, raw."""
+
+    service: str
+    name: str
+    stream: subjects.StreamSpec
+    filter_subject: str
+    """The widest filter a reader may ask for (each reader narrows it)."""
+    description: str = ""
+
+    def facts(self) -> dict[str, Any]:
+        """relaunch's facts about the reader for the AsyncAPI document (x-relaunch-reader)."""
+        return {"stream": self.stream.name, "ordered_consumer": True, "durable": None}
+
+
+API_EVENTS = Reader("api", "api-events", subjects.EVENTS, subjects.ALL_EVENTS,
+                    "GET /v1/events/stream: each browser tab reads EVENTS live from a time or sequence.")
+
+READERS: tuple[Reader, ...] = (API_EVENTS,)
+
+
+def reader(registrar: Any, declared: Reader, subject: str | None = None, config: ConsumerConfig | None = None,
+           *, pending_msgs: int = 4096, persistent: bool = True) -> Any:
+    """The FastStream subscriber of one live reader of `declared` on `registrar` (a router, or a
+    running broker with persistent=False: one subscriber per reader, dropped when it goes). The
+    handler takes the raw body and the message (its stream sequence and time are in the metadata)."""
+    return registrar.subscriber(
+        subject or declared.filter_subject, stream=JStream(declared.stream.name, declare=False),
+        ordered_consumer=True, config=config, idle_heartbeat=5.0, pending_msgs_limit=pending_msgs,
+        # Nothing to ack on an ordered consumer, and the reader's user may not publish to $JS.ACK.
+        ack_policy=AckPolicy.MANUAL, decoder=raw_body, no_reply=True, persistent=persistent,
+        title=f"{declared.name}:{declared.stream.name}", description=declared.description,
+    )

@@ -97,6 +97,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
     p = subjects.PREFIX
     audit = f"{p}.event.audit.>"
     events = subjects.EVENTS.name
+    live = consumers.API_EVENTS.stream.name  # the API's live readers (consumers.API_EVENTS)
     users = {
         ADMIN: {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}},
         "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>",
@@ -117,7 +118,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Live reading of EVENTS: unnamed ephemeral ordered consumers (the server names them, and removes
         # them when the reader goes), with flow control. Not `CONSUMER.CREATE.EVENTS.>`, `DELETE` or
         # `INFO`: those would reach the decider's durables on EVENTS too.
-        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{events}", f"$JS.FC.{events}.>"]),
+        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>"]),
         # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
         CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
               "subscribe": {"allow": [f"{p}.>", f"{inbox_prefix(CLI)}.>"]}},
