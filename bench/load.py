@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # noqa: E402
 
 from relaunch.common import subjects  # noqa: E402
-from relaunch.common.bus import Bus  # noqa: E402
+from relaunch.common.streams import ensure_streams  # noqa: E402
 from relaunch.common.schemas import dump  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -296,9 +296,8 @@ class LoadRun:
                                  f"(RELAUNCH_RUN_DIR={self.run_dir} scripts/stack.sh services-down)")
         loadgen.check_progress_body(self.cluster)
         self.nc = await nats.connect(self.url, name="bench-load", **self.nats_opts)
-        bus = Bus(self.nc, "bench-load")
-        await bus.ensure_streams()  # when no service has made them yet
-        self.js = bus.js
+        self.js = self.nc.jetstream()
+        await ensure_streams(self.js, "bench-load")  # when no service has made them yet
         self.redis = aioredis.from_url(self.env["RELAUNCH_REDIS_URL"])
         if not self.args.keep_streams:  # a fresh SIGNALS/EVENTS/ADVICE and hot state: the bench's own stack
             for stream in (subjects.SIGNALS, subjects.EVENTS, subjects.ADVICE):

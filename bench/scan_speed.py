@@ -38,8 +38,8 @@ from pathlib import Path
 from re import _constants as _c
 from re import _parser as _p
 
-from relaunch.detector.domain.pattern_analysis import required_literals
-from relaunch.detector.domain.signatures import builtin_catalogue
+from relaunch.common.diagnosis.pattern_analysis import required_literals
+from relaunch.common.diagnosis.signatures import builtin_catalogue
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_log  # noqa: E402
@@ -210,7 +210,7 @@ def runs(argv: list[str], count: int, size: int, env: dict | None = None, timeou
 
 
 def engine_in_use() -> str:
-    probe = "from relaunch.detector.offline import load_scanner; print(load_scanner().engine)"
+    probe = "from relaunch.common.diagnosis.offline import load_scanner; print(load_scanner().engine)"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
 
 

@@ -4,15 +4,18 @@
     .venv/bin/python scripts/events_doc.py            # rewrite docs/events.md
     .venv/bin/python scripts/events_doc.py --check    # exit 1 and print the diff when it is stale
 
-Channels, producers, streams and durable consumers come from the same table as docs/asyncapi.yaml
-(scripts/asyncapi.py); fields, types, limits and descriptions come from the pydantic models. A unit
+Channels and their producers come from the table below (`CHANNELS`, one row per subject function of
+relaunch.common.subjects), streams and durable consumers from relaunch.common.subjects; fields, types,
+limits and descriptions come from the pydantic models. A unit
 test (tests/unit/test_docs_events.py) fails when the checked-in file differs from what this makes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic.json_schema import models_json_schema
@@ -29,6 +32,60 @@ def _asyncapi():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+@dataclass(frozen=True)
+class Channel:
+    id: str
+    subject: object
+    """The function in relaunch.common.subjects that spells the address."""
+    message: type[schemas.Message]
+    producers: str
+    reply: type[schemas.Message] | None = None
+
+
+CHANNELS = (
+    Channel("signalLog", subjects.signal_log, schemas.LogBatch,
+            "the detector's log follower, or any shipper (a Vector or Fluent Bit NATS sink)"),
+    Channel("signalProgress", subjects.signal_progress, schemas.ProgressReported,
+            "training code through relaunch.client.report_progress, or a log parser"),
+    Channel("signalJob", subjects.signal_job, schemas.JobObserved, "the actuator's scheduler observer"),
+    Channel("signalNode", subjects.signal_node, schemas.NodeHealth, "gpu-probe, one per node"),
+    Channel("eventAnomaly", subjects.event_anomaly, schemas.AnomalyDetected, "the detector"),
+    Channel("advice", subjects.advice, schemas.Advice, "the decider, through its transactional outbox"),
+    Channel("eventReconcile", subjects.event_reconcile, schemas.ReconcileStatus, "the actuator"),
+    Channel("eventAudit", subjects.event_audit, schemas.AuditEntry, "every service, and the API for overrides"),
+    Channel("dlq", subjects.dlq, schemas.DeadLetter, "every service, for a message it could not accept"),
+    Channel("controlInject", subjects.control_inject, schemas.FaultInjection,
+            "`relaunch inject` (a plain NATS request; the probe's fake backend answers)", reply=schemas.InjectionAck),
+)
+
+
+def subject_functions() -> dict[str, object]:
+    """Every public function of relaunch.common.subjects that spells a subject (what CHANNELS must cover)."""
+    return {name: fn for name, fn in inspect.getmembers(subjects, inspect.isfunction)
+            if fn.__module__ == subjects.__name__ and not name.startswith("_")}
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _address(channel: Channel) -> str:
+    return channel.subject(*(f"{{{p}}}" for p in _params(channel.subject)))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds / 3600:g} hours"
+
+
+def _summary(model: type) -> str:
+    return inspect.cleandoc(model.__doc__ or model.__name__).split("\n\n")[0].replace("\n", " ")
+
+
+def _durables(address: str) -> list[subjects.ConsumerSpec]:
+    specs = [v for v in vars(subjects).values() if isinstance(v, subjects.ConsumerSpec)]
+    return sorted((s for s in specs if _asyncapi()._matches(s.filter_subject, address)), key=lambda s: s.durable)
 
 
 def _anchor(name: str) -> str:
@@ -107,10 +164,10 @@ def render() -> str:
         "| subject | message | published by | stream | durable consumers |",
         "|---|---|---|---|---|",
     ]
-    for channel in gen.CHANNELS:
-        address = gen._address(channel)
+    for channel in CHANNELS:
+        address = _address(channel)
         streams = [s.name for s in subjects.STREAMS if any(gen._matches(f, address) for f in s.subjects)]
-        durables = ", ".join(f"`{d.durable}`" for d in gen._durables(address)) or "-"
+        durables = ", ".join(f"`{d.durable}`" for d in _durables(address)) or "-"
         name = channel.message.__name__
         reply = f" (reply: [{channel.reply.__name__}](#{_anchor(channel.reply.__name__)}))" if channel.reply else ""
         out.append(f"| `{address}` | [{name}](#{_anchor(name)}){reply} | {_cell(channel.producers)} | "
@@ -120,7 +177,7 @@ def render() -> str:
     for stream in subjects.STREAMS:
         per = str(stream.max_msgs_per_subject) if stream.max_msgs_per_subject > 0 else "no limit"
         out.append(f"| {stream.name} | {', '.join(f'`{s}`' for s in stream.subjects)} | "
-                   f"{gen._duration(stream.max_age_s)} | {stream.duplicate_window_s:g} s | {per} |")
+                   f"{_duration(stream.max_age_s)} | {stream.duplicate_window_s:g} s | {per} |")
     out += ["", "## Durable consumers", "",
             "| durable | stream | filter | ack wait | max deliveries |", "|---|---|---|---|---|"]
     specs = sorted((v for v in vars(subjects).values() if isinstance(v, subjects.ConsumerSpec)),
@@ -134,7 +191,7 @@ def render() -> str:
     for name in [m.__name__ for m in schemas.ALL_MODELS]:
         schema = defs[name]
         model = getattr(schemas, name)
-        out += [f"### {name}", "", f"`{model.model_fields['schema_'].default}`. {_cell(gen._summary(model))}", ""]
+        out += [f"### {name}", "", f"`{model.model_fields['schema_'].default}`. {_cell(_summary(model))}", ""]
         out += _fields(schema, gen.PARAMETERS)
         out.append("")
     nested = sorted(set(defs) - top_level)

@@ -19,9 +19,9 @@ SERVICE_SETTINGS = {
     "RELAUNCH_DETECTOR_": ("relaunch.detector.settings", "DetectorSettings"),
     "RELAUNCH_DECIDER_": ("relaunch.decider.settings", "DeciderSettings"),
     "RELAUNCH_ACTUATOR_": ("relaunch.actuator.settings", "ActuatorSettings"),
+    "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
     "RELAUNCH_API_": ("relaunch.api.settings", "ApiSettings"),
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
-    "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog", "WatchdogSettings"),
 }
 # Read straight from the environment by the relaunch CLI (relaunch demo), not by a settings class.
 CLI_ONLY = {"RELAUNCH_RUN_DIR"}
@@ -71,7 +71,7 @@ ENTRY_POINTS = {
     "relaunch.detector": ("relaunch.detector.settings", "DetectorSettings"),
     "relaunch.decider": ("relaunch.decider.settings", "DeciderSettings"),
     "relaunch.actuator": ("relaunch.actuator.settings", "ActuatorSettings"),
-    "relaunch.actuator.watchdog": ("relaunch.actuator.watchdog", "WatchdogSettings"),
+    "relaunch.actuator.watchdog": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
     "relaunch.api": ("relaunch.api.settings", "ApiSettings"),
     "relaunch.gpu_probe": ("relaunch.gpu_probe.settings", "ProbeSettings"),
 }

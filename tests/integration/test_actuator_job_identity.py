@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.schemas import AnomalyDetected, JobObserved
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher
@@ -84,9 +85,9 @@ async def test_a_reused_job_id_starts_a_new_job_and_keeps_the_old_one(ledger, te
 
 async def test_unknown_submit_times_match_the_job_on_record(ledger, unique):
     cluster = f"c{unique}"
-    from relaunch.decider.domain.policies import resolve
+    from relaunch.common.policies.policy_set import resolve
     from relaunch.common.optin import parse_comment
-    from relaunch.decider.policy_file import load_policies
+    from relaunch.common.policies.policy_file import load_policies
     policy = resolve(parse_comment("relaunch"), load_policies())
     await ledger.record_observation(observed(cluster, None), policy)
     await ledger.record_observation(observed(cluster, FIRST), policy)  # first known time is recorded

@@ -14,7 +14,7 @@ from relaunch.api.adapters.events import BusEvents
 from relaunch.api.adapters.ledger_read import LedgerReader
 from relaunch.api.adapters.overrides import OverrideStore
 from relaunch.common import subjects
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.schemas import AuditEntry
 from relaunch.decider.adapters.ledger import Ledger
 

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from relaunch.common.consumers import Consumer
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume
+from relaunch.common.connection import Bus
+from relaunch.common.serving import consume
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import DeadLetter, JobObserved
 
@@ -34,7 +36,7 @@ async def dlq_entries(bus: Bus, service: str) -> list[DeadLetter]:
 
 async def run_consumer(bus, spec, handler, until, timeout=10.0):
     stop = asyncio.Event()
-    task = asyncio.create_task(consume(bus, spec, JobObserved, handler, stop))
+    task = asyncio.create_task(consume(bus, Consumer(bus.service, spec, JobObserved), handler, stop))
     try:
         async with asyncio.timeout(timeout):
             while not until():

@@ -7,8 +7,11 @@ import datetime as dt
 
 import pytest
 
+from relaunch.common.consumers import Consumer
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume, consume_batch
+from relaunch.common.connection import Bus
+from relaunch.common.ingest import consume_batch
+from relaunch.common.serving import consume
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import DeadLetter, JobObserved
 
@@ -60,7 +63,7 @@ async def test_each_message_of_a_batch_gets_its_own_outcome(test_stack, unique):
         return out
 
     stop = asyncio.Event()
-    task = asyncio.create_task(consume_batch(bus, spec, JobObserved, handler, stop))
+    task = asyncio.create_task(consume_batch(bus, Consumer(bus.service, spec, JobObserved, batch=256), handler, stop))
     try:
         await until(lambda: sum(j.count("2") for j in seen) >= 2)
         await asyncio.sleep(0.5)
@@ -95,7 +98,7 @@ async def test_a_batch_handler_that_raises_retries_every_message(test_stack, uni
         return [None] * len(items)
 
     stop = asyncio.Event()
-    task = asyncio.create_task(consume_batch(bus, spec, JobObserved, handler, stop))
+    task = asyncio.create_task(consume_batch(bus, Consumer(bus.service, spec, JobObserved, batch=256), handler, stop))
     try:
         await until(lambda: sorted(j for c in calls[1:] for j in c) == ["1", "2"])
     finally:
@@ -122,7 +125,7 @@ async def test_per_subject_keeps_each_subjects_order_and_runs_subjects_at_once(t
         running["now"] -= 1
 
     stop = asyncio.Event()
-    task = asyncio.create_task(consume(bus, spec, JobObserved, handler, stop, per_subject=True))
+    task = asyncio.create_task(consume(bus, Consumer(bus.service, spec, JobObserved, per_subject=True), handler, stop))
     try:
         await until(lambda: sum(map(len, order.values())) == 12)
     finally:
@@ -158,7 +161,7 @@ async def test_batches_pulled_while_messages_trickle_in_hand_each_message_out_on
 
     await publish(50)  # a backlog before the consumer starts: full batches
     stop = asyncio.Event()
-    task = asyncio.create_task(consume_batch(bus, spec, JobObserved, handler, stop, batch=16))
+    task = asyncio.create_task(consume_batch(bus, Consumer(bus.service, spec, JobObserved, batch=16), handler, stop))
     try:
         for burst, pause in ((40, 0.0), (1, 0.7), (3, 0.05), (100, 0.0), (1, 1.2), (20, 0.3)):
             await publish(burst)

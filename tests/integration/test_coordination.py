@@ -8,7 +8,7 @@ import pytest
 
 from relaunch.actuator.adapters.coordination import HoldRegistry, Lease
 from relaunch.actuator.adapters.ratelimit import ActionRateLimit
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.errors import TemporaryError
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from relaunch.common.bus import Delivery
+from relaunch.common.outcomes import Delivery
 from relaunch.common.schemas import AnomalyDetected, JobObserved, NodeHealth, ReconcileStatus
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher

@@ -5,13 +5,15 @@ import datetime as dt
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.domain import hangs, stragglers
-from relaunch.detector.domain.signatures import builtin_catalogue
-from relaunch.detector.handlers import Detector, Follower
+from relaunch.common.diagnosis.signatures import builtin_catalogue
+from relaunch.detector.adapters.follower import Follower
+from relaunch.detector.handlers import Detector
 from relaunch.detector.tracking import ProgressTracker
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Advice, AnomalyDetected, JobObserved, ReconcileStatus
 from relaunch.decider.adapters.ledger import migrations

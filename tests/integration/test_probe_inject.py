@@ -8,10 +8,11 @@ import pytest
 
 from relaunch.client import inject
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, connect_options
+from relaunch.common.connection import Bus, connect_options
 from relaunch.common.schemas import NodeHealth
 from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
 from relaunch.gpu_probe.handlers import Probe, ProbeConfig
+from relaunch.gpu_probe.router import router
 
 pytestmark = pytest.mark.integration
 
@@ -41,12 +42,12 @@ async def test_an_injected_xid_79_is_published_at_once_as_failed(test_stack, uni
 
     await listener.subscribe(subjects.signal_node(cluster, node), cb=on_health)
     await listener.flush()
+    await bus.serve(router(probe))  # as main does: this node's inject requests are answered from here on
     stop = asyncio.Event()
     tasks = [asyncio.ensure_future(t) for t in probe.tasks(stop)]
     try:
         first = await next_health(seen, lambda h: h.trigger == "start", timeout=10)
         assert first.verdict == "healthy" and first.interval_s == INTERVAL_S
-        await asyncio.wait_for(probe.injections_ready.wait(), 10)
 
         loop = asyncio.get_running_loop()
         t0 = loop.time()

@@ -7,12 +7,13 @@ import datetime as dt
 
 import pytest
 
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import LogBatch, ProgressReported
 from relaunch.detector.adapters.hotstate import HELD, HotState
 from relaunch.detector.domain import hangs, stragglers
-from relaunch.detector.handlers import Follower
+from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.tracking import ProgressTracker
 
 pytestmark = pytest.mark.integration
@@ -189,20 +190,20 @@ async def test_a_cached_state_is_not_used_after_the_state_was_forgotten(redis_an
 
 async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_and_bus, unique, tmp_path,
                                                                          monkeypatch):
-    from relaunch.detector import handlers
+    from relaunch.detector.adapters import follower as follower_module
 
-    monkeypatch.setattr(handlers, "QUIET_S", 0.3)
+    monkeypatch.setattr(follower_module, "QUIET_S", 0.3)
     bus, state = redis_and_bus
     cluster = f"q{unique}"
     follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=2.0)
     stat_calls: list[list[str]] = []
-    real_sizes = handlers.file_sizes
+    real_sizes = follower_module.file_sizes
 
     def counting_sizes(paths):
         stat_calls.append(list(paths))
         return real_sizes(paths)
 
-    monkeypatch.setattr(handlers, "file_sizes", counting_sizes)
+    monkeypatch.setattr(follower_module, "file_sizes", counting_sizes)
     logs = {job: tmp_path / f"{job}.out" for job in ("1", "2")}
     for job, path in logs.items():
         path.write_text("starting\n")
@@ -268,7 +269,7 @@ async def test_batches_handled_at_once_apply_a_jobs_reports_in_order(redis_and_b
     for job in ("1", "2", "3"):
         assert await state.progress(both, job) == await state.progress(one, job), job
     assert stragglers.StragglerState.from_dict((await state.progress(both, "1"))["straggler"]).total == 5
-    assert concurrent._inflight == {}
+    assert len(concurrent._lanes) == 0, "no job keeps a lane once its batches are done"
 
 
 async def test_a_state_written_by_an_older_release_is_read(redis_and_bus, unique):

@@ -10,8 +10,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from relaunch.common.consumers import Consumer
 from relaunch.common import subjects, telemetry
-from relaunch.common.bus import Bus, consume
+from relaunch.common.connection import Bus
+from relaunch.common.serving import consume
 from relaunch.common.schemas import AnomalyDetected, JobObserved
 
 pytestmark = pytest.mark.integration
@@ -47,7 +49,7 @@ async def test_trace_context_crosses_two_consumers(test_stack, unique):
         seen.append(trace.get_current_span().get_span_context().trace_id)
 
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(consume(bus, spec, JobObserved, h, stop)) for spec, h in ((first, relay),
+    tasks = [asyncio.create_task(consume(bus, Consumer(bus.service, spec, JobObserved), h, stop)) for spec, h in ((first, relay),
                                                                                            (second, record))]
     try:
         with telemetry.tracer().start_as_current_span("anomaly") as root:
@@ -67,7 +69,7 @@ async def test_trace_context_crosses_two_consumers(test_stack, unique):
 async def test_the_outbox_continues_the_decisions_trace(test_stack, unique):
     import asyncpg
 
-    from relaunch.common.bus import Delivery
+    from relaunch.common.outcomes import Delivery
     from relaunch.decider.adapters.ledger import Ledger
     from relaunch.decider.handlers import Decider
     from relaunch.decider.outbox import OutboxPublisher

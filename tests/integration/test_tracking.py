@@ -5,8 +5,9 @@ import datetime as dt
 
 import pytest
 
+from relaunch.common.consumers import Consumer
 from relaunch.common import subjects
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.schemas import AnomalyDetected, LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.domain import hangs, stragglers
@@ -100,33 +101,34 @@ async def test_a_detector_behind_on_progress_declares_no_hang_it_cannot_see(repl
 async def test_handled_until_is_the_first_unread_message_then_now(test_stack, unique):
     import time
 
-    from relaunch.common.bus import handled_until
+    from relaunch.common.ingest import handled_until
+    from relaunch.common.streams import ensure_streams
     from relaunch.common.schemas import ProgressReported
 
     bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
     try:
-        await bus.ensure_streams()
+        await ensure_streams(bus.js, bus.service)
         spec = subjects.ConsumerSpec(f"t{unique}", subjects.SIGNALS, f"relaunch.signal.progress.c{unique}.>",
                                      ack_wait_s=30, max_deliver=3)
         from nats.js.api import AckPolicy, ConsumerConfig
         await bus.js.add_consumer(spec.stream.name, ConsumerConfig(
             durable_name=spec.durable, ack_policy=AckPolicy.EXPLICIT, filter_subject=spec.filter_subject))
-        assert await handled_until(bus, spec, 1e12) == 1e12, "nothing pending: up to now"
+        assert await handled_until(bus, Consumer(bus.service, spec, ProgressReported), 1e12) == 1e12, "nothing pending: up to now"
         before = time.time()
         for step in range(3):
             await bus.publish(subjects.signal_progress(f"c{unique}", "1"), ProgressReported(
                 cluster=f"c{unique}", job_id="1", step=step, at=dt.datetime.now(dt.UTC)))
         after = time.time()
         now = after + 100
-        until = await handled_until(bus, spec, now)
+        until = await handled_until(bus, Consumer(bus.service, spec, ProgressReported), now)
         assert before - 1 <= until <= after + 1, "three unread: up to the first one's publish time"
         sub = await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream.name)
         msgs = await sub.fetch(3, timeout=5)
         for msg in msgs[:1]:
             await msg.ack_sync()
-        assert before - 1 <= await handled_until(bus, spec, now) <= after + 1
+        assert before - 1 <= await handled_until(bus, Consumer(bus.service, spec, ProgressReported), now) <= after + 1
         for msg in msgs[1:]:
             await msg.ack_sync()
-        assert await handled_until(bus, spec, now) == now, "all read: up to now"
+        assert await handled_until(bus, Consumer(bus.service, spec, ProgressReported), now) == now, "all read: up to now"
     finally:
         await bus.close()

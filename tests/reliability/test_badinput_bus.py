@@ -21,7 +21,11 @@ from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 from relaunch.common import subjects
-from relaunch.common.bus import MAX_BODY_BYTES, Bus, connect_options, consume, consume_batch
+from relaunch.common.connection import Bus, connect_options
+from relaunch.common import consumers
+from relaunch.common.ingest import consume_batch, consume_each
+from relaunch.common.outcomes import MAX_BODY_BYTES
+from relaunch.common.serving import consume
 from relaunch.common.schemas import (
     Advice, AnomalyDetected, AuditEntry, DeadLetter, EvidenceLine, JobObserved, LogBatch, Message, NodeHealth,
     ProgressReported, ReconcileStatus, dump,
@@ -47,18 +51,15 @@ EXAMPLES: dict[type[Message], Message] = {
     Advice: Advice(cluster=C, job_id=J, attempt=0, generation=1, operation="restart", reason="r", issued_at=NOW,
                    expires_at=NOW),
 }
-# (service, consumer, model, how the service consumes it): every subscriber in services/*/main.py.
-SUBSCRIBERS = [
-    ("detector", subjects.DETECTOR_LOGS, LogBatch, consume),
-    ("detector", subjects.DETECTOR_JOBS, JobObserved, consume),
-    ("detector", subjects.DETECTOR_PROGRESS, ProgressReported, consume_batch),
-    ("decider", subjects.DECIDER_JOBS, JobObserved, consume),
-    ("decider", subjects.DECIDER_ANOMALIES, AnomalyDetected, consume),
-    ("decider", subjects.DECIDER_RECONCILE, ReconcileStatus, consume),
-    ("decider", subjects.DECIDER_AUDIT, AuditEntry, consume),
-    ("decider", subjects.DECIDER_NODES, NodeHealth, consume),
-    ("actuator", subjects.ACTUATOR_ADVICE, Advice, consume),
-]
+# Every declared consumer (relaunch.common.consumers), run the way its service runs it.
+SUBSCRIBERS = list(consumers.ALL)
+
+
+def _how(consumer: consumers.Consumer):
+    if consumer.engine == "faststream":
+        return consume
+    return consume_batch if consumer.spec.durable == "detector-progress" else consume_each
+
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
                        lambda inner: (st.lists(inner, max_size=3)
@@ -110,13 +111,14 @@ def _dead_letters(service: str, durable: str) -> float:
     return REGISTRY.get_sample_value("relaunch_dead_letters_total", {"service": service, "consumer": durable}) or 0.0
 
 
-async def scenario(server: PrivateNats, spec: subjects.ConsumerSpec, model: type[Message], how,
-                   bad: list[tuple[str, bytes]]) -> None:
+async def scenario(server: PrivateNats, consumer: consumers.Consumer, bad: list[tuple[str, bytes]]) -> None:
+    spec, model, how = consumer.spec, consumer.model, _how(consumer)
     u = uuid.uuid4().hex[:8]
     service = f"bad-{u}"
     filter_subject = spec.filter_subject[:-1] + f"b{u}.>"
     subject = filter_subject[:-1] + "101"
     spec = dataclasses.replace(spec, durable=f"{spec.durable}-{u}", filter_subject=filter_subject)
+    consumer = dataclasses.replace(consumer, spec=spec)
     options = connect_options(CommonSettings(nats_user="admin", nats_password_file=str(server.creds / "admin.pass")))
     bus = await Bus.connect(server.url, service, wait_s=10, options=options)
     before = _dead_letters(service, spec.durable)
@@ -139,7 +141,7 @@ async def scenario(server: PrivateNats, spec: subjects.ConsumerSpec, model: type
             await bus.js.publish(subject, body)
         await bus.js.publish(subject, valid)
         stop = asyncio.Event()
-        task = asyncio.create_task(how(bus, spec, model, handle if how is consume else handle_batch, stop))
+        task = asyncio.create_task(how(bus, consumer, handle_batch if how is consume_batch else handle, stop))
         try:
             await asyncio.wait_for(got_valid.wait(), 20)
         finally:
@@ -159,13 +161,14 @@ async def scenario(server: PrivateNats, spec: subjects.ConsumerSpec, model: type
         await bus.nc.close()
 
 
-@pytest.mark.parametrize("service,spec,model,how", SUBSCRIBERS, ids=[f"{s}:{c.durable}" for s, c, _, _ in SUBSCRIBERS])
-def test_every_subscriber_dead_letters_bad_input_and_keeps_processing(server, service, spec, model, how):
+@pytest.mark.parametrize("consumer", SUBSCRIBERS, ids=[f"{c.service}:{c.spec.durable}" for c in SUBSCRIBERS])
+def test_every_subscriber_dead_letters_bad_input_and_keeps_processing(server, consumer):
+    model = consumer.model
     oversized = ("oversized", dump(EXAMPLES[model]) + b" " * MAX_BODY_BYTES)  # valid JSON, just too big
 
     @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.lists(bad_bodies(model), min_size=1, max_size=12))
     def run(bad):
-        asyncio.run(scenario(server, spec, model, how, [*bad, oversized]))
+        asyncio.run(scenario(server, consumer, [*bad, oversized]))
 
     run()

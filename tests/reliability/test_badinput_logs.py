@@ -12,13 +12,14 @@ import time
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import MAX_BODY_BYTES, Bus
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import MAX_BODY_BYTES
 from relaunch.common.schemas import LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.adapters.logfiles import MAX_LINE_BYTES
 from relaunch.detector.domain.detection import crash_from_log
-from relaunch.detector.domain.signatures import load_catalogue
-from relaunch.detector.handlers import Follower
+from relaunch.common.diagnosis.signatures import load_catalogue
+from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.settings import DetectorSettings
 
 pytestmark = pytest.mark.reliability

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.schemas import Advice, AuditEntry, DeadLetter, LogBatch, dump
 
 pytestmark = pytest.mark.reliability

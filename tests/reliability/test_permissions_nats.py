@@ -14,10 +14,20 @@ import nats.errors
 import pytest
 from natsprivate import CLUSTER, Client, PrivateNats, port
 
+from relaunch.common import consumers
+from relaunch.common.consumers import Consumer
 from relaunch.common import natsauth, subjects
-from relaunch.common.bus import Bus, Delivery, connect_options, consume
-from relaunch.common.schemas import Advice, AuditEntry, LogBatch, NodeHealth, dump
+from relaunch.common.connection import Bus, connect_options
+from relaunch.common.outcomes import Delivery
+from relaunch.common.serving import consume
+from relaunch.common.schemas import (Advice, AuditEntry, FaultInjection, InjectionAck, LogBatch, NodeHealth,
+                                     ReconcileStatus, dump)
 from relaunch.common.settings import CommonSettings
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from relaunch.api.adapters.events import EventSubscription
+from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
+from relaunch.gpu_probe.handlers import Probe, ProbeConfig
+from relaunch.gpu_probe.router import router as probe_router
 
 pytestmark = pytest.mark.reliability
 
@@ -128,7 +138,7 @@ async def test_the_actuator_consumes_and_acks_advice(server):
         got.put_nowait(body)
 
     stop = asyncio.Event()
-    task = asyncio.create_task(consume(actuator, subjects.ACTUATOR_ADVICE, Advice, handle, stop))
+    task = asyncio.create_task(consume(actuator, consumers.ACTUATOR_ADVICE, handle, stop))
     try:
         await decider.publish(subjects.advice(CLUSTER, "777"), advice("777"), msg_id="perm-consume-777")
         while (body := await asyncio.wait_for(got.get(), 15)).job_id != "777":
@@ -165,7 +175,7 @@ async def test_each_service_uses_its_own_durables_and_no_other(server, user):
 
         asyncio.get_running_loop().call_later(1.0, stop.set)
         # Creates, binds and pulls from each of its durables (nothing there to take).
-        await asyncio.gather(*(consume(bus, spec, LogBatch, handle, stop) for spec in natsauth.CONSUMERS[user]))
+        await asyncio.gather(*(consume(bus, Consumer(user, spec, LogBatch), handle, stop) for spec in natsauth.CONSUMERS[user]))
         for spec in natsauth.CONSUMERS[user]:
             assert (await bus.js.consumer_info(spec.stream.name, spec.durable)).config.durable_name == spec.durable
         assert not errors, errors
@@ -222,6 +232,58 @@ async def test_a_probe_publishes_and_answers_only_for_its_own_node(server):
     finally:
         await probe.close()
         await cli.close()
+
+
+async def test_a_probe_answers_the_clis_inject_request_through_its_faststream_router(server):
+    """The declared responder (consumers.PROBE_INJECT) as the probe runs it, as its own NATS user: the
+    reply reaches the CLI's private inbox (`_INBOX_cli.`), which only allow_responses lets it publish to."""
+    bus = await bus_as(server, "gpu-probe-node1")
+    probe = Probe(bus, FakeNvml(8), ProbeConfig(cluster=CLUSTER, node="node1", expected_gpus=8, interval_s=60))
+    cli = await Client.connect(server, "cli")
+    try:
+        await bus.serve(probe_router(probe))
+        request = FaultInjection(cluster=CLUSTER, node="node1", fault="ecc", gpu=2, requested_at=NOW)
+        reply = await cli.nc.request(subjects.control_inject(CLUSTER, "node1"), dump(request), timeout=3)
+        assert reply.subject.startswith(f"{natsauth.inbox_prefix('cli')}.")
+        ack = InjectionAck.model_validate_json(reply.data)
+        assert ack.accepted and (ack.cluster, ack.node) == (CLUSTER, "node1"), ack
+        refused = InjectionAck.model_validate_json(
+            (await cli.nc.request(subjects.control_inject(CLUSTER, "node1"), b"{not json", timeout=3)).data)
+        assert not refused.accepted and "not a valid FaultInjection" in refused.detail
+    finally:
+        await bus.close()
+        await cli.close()
+
+
+async def test_the_apis_live_reader_is_a_faststream_subscriber_its_user_may_run(server):
+    """The declared reader (consumers.API_EVENTS) as the API runs it, as the api user: an ordered
+    consumer from a sequence, its messages handed over in order, nothing acked, nothing refused."""
+    api = await bus_as(server, "api")
+    errors: list[str] = []
+    api.nc._error_cb = _collect(errors)
+    admin = await bus_as(server, "admin")
+    sub = None
+    try:
+        # Reconcile statuses (the actuator's, published here by admin): no other test reads job 6's.
+        subject = subjects.event_reconcile(CLUSTER, "6")
+        statuses = [ReconcileStatus(cluster=CLUSTER, job_id="6", generation=1, status="PENDING",
+                                    reason=f"step {i}", at=NOW) for i in range(3)]
+        for i, status in enumerate(statuses):
+            await admin.publish(subject, status, msg_id=f"perm-api-reader-{i}")
+        first = (await admin.last_message(subjects.EVENTS, subject))[1] - 2
+        sub = EventSubscription(api, subject,
+                                ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first))
+        await sub.start()
+        got = [await sub.next(timeout=3) for _ in statuses]
+        assert [e.seq for e in got] == [first, first + 1, first + 2]
+        assert [ReconcileStatus.model_validate_json(e.data).reason for e in got] == [s.reason for s in statuses]
+        assert await sub.next(timeout=0.3) is None
+        assert not errors, errors
+    finally:
+        if sub is not None:
+            await sub.close()
+        await api.close()
+        await admin.close()
 
 
 async def test_the_api_reads_events_and_publishes_only_audit_entries(server):

@@ -1,5 +1,5 @@
 """The permission table itself (relaunch.common.natsauth, pure) and the client side of credentials
-(relaunch.common.bus.connect_options): fast checks of what the server tests prove end to end."""
+(relaunch.common.connection.connect_options): fast checks of what the server tests prove end to end."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from relaunch.actuator.adapters import coordination
 from relaunch.common import natsauth, subjects
-from relaunch.common.bus import connect_options
+from relaunch.common.connection import connect_options
 from relaunch.common.settings import CommonSettings, SettingsError
 
 NODES = ["node1", "node2"]

@@ -12,7 +12,7 @@ import sys
 import pytest
 from natsprivate import PrivateNats, port
 
-from relaunch.common.bus import Bus, connect_options
+from relaunch.common.connection import Bus, connect_options
 from relaunch.common.errors import TemporaryError
 from relaunch.common.settings import CommonSettings, SettingsError
 

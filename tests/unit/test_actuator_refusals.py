@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+from memorybus import memory_bus
 
 from relaunch.actuator.adapters.slurm import Slurm
 from relaunch.actuator.domain.observing import Observed
@@ -71,12 +72,11 @@ def test_the_db_index_refusal_is_explained_and_unknown_texts_are_quoted_as_they_
 
 # -- the reconciler, with the real Slurm adapter running a stand-in `scontrol` that refuses ----------
 
-class Bus:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, object, str]] = []
-
-    async def publish(self, subject, msg, msg_id):
-        self.published.append((subject, msg, msg_id))
+@pytest.fixture
+async def memory():
+    """The actuator's bus in memory (tests/unit/memorybus.py): (bus, what reached the streams)."""
+    async with memory_bus("actuator") as pair:
+        yield pair
 
 
 class Holds:
@@ -93,8 +93,8 @@ def refusing_slurm(tmp_path):
     return Slurm(timeout_s=5, env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
 
 
-async def test_the_reconciler_warns_and_audits_a_lasting_refusal_and_keeps_retrying(refusing_slurm, caplog):
-    bus, clock = Bus(), [0.0]
+async def test_the_reconciler_warns_and_audits_a_lasting_refusal_and_keeps_retrying(refusing_slurm, memory, caplog):
+    (bus, streams), clock = memory, [0.0]
     rec = Reconciler(bus, refusing_slurm, "act", Holds(), None)
     rec.clock = lambda: clock[0]
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
@@ -106,7 +106,7 @@ async def test_the_reconciler_warns_and_audits_a_lasting_refusal_and_keeps_retry
         clock[0] = t
         with pytest.raises(TemporaryError):  # retried: nak with a delay, never a terminal outcome
             await rec._take_step(advice, step, observed)
-    audits = [m for _, m, _ in bus.published if isinstance(m, AuditEntry)]
+    audits = streams.of(AuditEntry)
     assert [(a.action, a.idempotency_key) for a in audits] == [("release refused", "actuator.c.7.1.release.1.refused.1")]
     assert "refused release (scontrol release 7) 3 times over 31 s" in audits[0].detail
     assert "the DB index is being set" in audits[0].detail and "held job never starts" in audits[0].detail

@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from relaunch.detector.domain.pattern_analysis import (
+from relaunch.common.diagnosis.pattern_analysis import (
     backtracking_risk, required_literals, top_level_alternatives,
 )
-from relaunch.detector.domain.signatures import (
+from relaunch.common.diagnosis.signatures import (
     CatalogueError, builtin_catalogue, load_catalogue, parse_catalogue,
 )
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from relaunch.detector.domain.classifying import EVIDENCE_MAX, classify
-from relaunch.detector.domain.scanning import node_name, scanner_for
-from relaunch.detector.domain.signatures import builtin_catalogue
+from relaunch.common.diagnosis.classifying import EVIDENCE_MAX, classify
+from relaunch.common.diagnosis.scanning import node_name, scanner_for
+from relaunch.common.diagnosis.signatures import builtin_catalogue
 
 SCANNER = scanner_for(builtin_catalogue())
 

@@ -65,10 +65,19 @@ def test_operator_signatures_are_tried_first_and_bad_ones_are_refused(tmp_path):
     assert result.exit_code == 2 and "cannot load signatures" in result.stderr
 
 
-def test_without_the_detector_package_the_command_says_what_is_missing(monkeypatch, tmp_path):
+def test_the_command_imports_no_service_package(tmp_path):
+    """The client classifies with relaunch.common.diagnosis, the detector's own code, without the
+    detector: a machine with only relaunch-client installed gives the service's answer."""
+    import subprocess
     import sys
-    monkeypatch.setitem(sys.modules, "relaunch.detector.offline", None)  # as if relaunch-detector were absent
     log = tmp_path / "x.log"
     log.write_text(OOM)
-    result = RUNNER.invoke(app, ["classify", str(log)])
-    assert result.exit_code == 2 and "needs the detector package" in result.stderr
+    probe = ("import sys; from relaunch.client.cli import main; sys.argv = ['relaunch', 'classify', '--json', "
+             f"{str(log)!r}]\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+             "services = ('detector', 'decider', 'actuator', 'gpu_probe', 'api')\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[:2] in [['relaunch', s] for s in services]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, imported = out.stdout.splitlines()
+    assert json.loads(first)["anomaly"]["signature"] == "cuda_oom"
+    assert imported == "[]"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from relaunch.detector.offline import classify_stream, load_scanner
-from relaunch.detector.scan_engines import hyperscan_importable
+from relaunch.common.diagnosis.offline import classify_stream, load_scanner
+from relaunch.common.diagnosis.scan_engines import hyperscan_importable
 
 CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
 

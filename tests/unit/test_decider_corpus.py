@@ -21,9 +21,9 @@ from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine
 from relaunch.decider.domain.attribution import attribute
 from relaunch.decider.domain.history import History
-from relaunch.decider.domain.policies import resolve
+from relaunch.common.policies.policy_set import resolve
 from relaunch.decider.domain.policy import decide
-from relaunch.decider.policy_file import load_policies
+from relaunch.common.policies.policy_file import load_policies
 
 CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from relaunch.common.schemas import AnomalyDetected
 from relaunch.decider.domain.attribution import NodeEvent, attribute
-from relaunch.decider.domain.history import FAULT_CLASSES, AttemptRecord, History, RestartRecord
+from relaunch.common.policies.model import FAULT_CLASSES
+from relaunch.decider.domain.history import AttemptRecord, History, RestartRecord
 from relaunch.decider.domain.policy import ADVICE_TTL, Budgets, Policy, decide
-from relaunch.decider.policy_file import load_policies
+from relaunch.common.policies.policy_file import load_policies
 
 START = dt.datetime(2026, 11, 29, 0, 0, tzinfo=dt.UTC)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

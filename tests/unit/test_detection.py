@@ -4,10 +4,10 @@ import time
 import pytest
 
 from relaunch.common.schemas import JobObserved, LogBatch
-from relaunch.detector.domain.classifying import classify
+from relaunch.common.diagnosis.classifying import classify
 from relaunch.detector.domain.detection import crash_from_log, crash_from_scheduler
-from relaunch.detector.domain.scanning import scanner_for
-from relaunch.detector.domain.signatures import CatalogueError, builtin_catalogue, parse_catalogue
+from relaunch.common.diagnosis.scanning import scanner_for
+from relaunch.common.diagnosis.signatures import CatalogueError, builtin_catalogue, parse_catalogue
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 CAT = builtin_catalogue()

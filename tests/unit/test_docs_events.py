@@ -33,3 +33,9 @@ def test_every_model_field_subject_and_consumer_is_in_the_reference():
     assert f"`{subjects.advice('{cluster}', '{job_id}')}`" in text
     for spec in (subjects.ACTUATOR_ADVICE, subjects.DETECTOR_LOGS, subjects.DECIDER_ANOMALIES):
         assert f"| `{spec.durable}` | {spec.stream.name} |" in text
+
+
+def test_every_subject_function_has_a_row():
+    gen = _generator()
+    described = {channel.subject.__name__ for channel in gen.CHANNELS}
+    assert described == set(gen.subject_functions()), "a subject function in relaunch.common.subjects has no row"

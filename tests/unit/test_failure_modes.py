@@ -3,9 +3,9 @@ and healthy output it must leave alone. Each case is a short log; the classifier
 
 import pytest
 
-from relaunch.detector.domain.classifying import classify
-from relaunch.detector.domain.scanning import scanner_for
-from relaunch.detector.domain.signatures import builtin_catalogue
+from relaunch.common.diagnosis.classifying import classify
+from relaunch.common.diagnosis.scanning import scanner_for
+from relaunch.common.diagnosis.signatures import builtin_catalogue
 
 SCANNER = scanner_for(builtin_catalogue())
 

@@ -157,7 +157,7 @@ SERVICE_METRICS = {
     "relaunch.decider.main": {"relaunch_messages_consumed", "relaunch_decisions", "relaunch_advice"},
     "relaunch.actuator.main": {"relaunch_messages_consumed", "relaunch_reconcile_outcomes",
                                "relaunch_slurm_command_seconds", "relaunch_time_to_recover_seconds"},
-    "relaunch.actuator.watchdog": {"relaunch_slurm_command_seconds"},
+    "relaunch.actuator.watchdog.main": {"relaunch_slurm_command_seconds"},
     "relaunch.gpu_probe.main": {"relaunch_probe_publications", "relaunch_probe_sample_seconds"},
     "relaunch.api.main": {"relaunch_api_requests", "relaunch_api_request_seconds"},
 }

@@ -62,3 +62,21 @@ def test_a_bad_policy_file_is_a_usage_error_naming_the_key(tmp_path):
 def test_hostile_text_is_printed_as_text():
     result = check("relaunch:policy=[bold]x[/bold],max_attempts=$(reboot)")
     assert result.exit_code == 2 and "[bold]" in result.stdout and "$(reboot)" in result.stdout
+
+
+def test_the_command_imports_no_service_package():
+    """The policy file's schema and resolve() live in relaunch.common.policies, the decider's own
+    code: the client gives the decider's answer without importing the decider."""
+    import json
+    import subprocess
+    import sys
+    probe = ("import sys; from relaunch.client.cli import main; "
+             "sys.argv = ['relaunch', 'policy', 'check', '--json', 'relaunch:max_attempts=2']\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "services = ('detector', 'decider', 'actuator', 'gpu_probe', 'api')\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[:2] in [['relaunch', s] for s in services]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, imported = out.stdout.splitlines()
+    assert json.loads(first)["effective"]["max_attempts"] == 2
+    assert imported == "[]"

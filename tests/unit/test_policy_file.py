@@ -5,9 +5,9 @@ import textwrap
 import pytest
 
 from relaunch.common.optin import parse_comment
-from relaunch.decider.domain.policies import PolicyFileError, parse_policies, policy_keys, resolve
+from relaunch.common.policies.policy_set import PolicyFileError, parse_policies, policy_keys, resolve
 from relaunch.decider.domain.policy import Budgets, Policy
-from relaunch.decider.policy_file import load_policies
+from relaunch.common.policies.policy_file import load_policies
 
 OPERATOR = textwrap.dedent("""
     version = 1

@@ -213,7 +213,7 @@ def test_every_rule_and_policy_key_is_documented():
     from pathlib import Path
 
     from relaunch.decider.domain import policy as policy_module
-    from relaunch.decider.domain.policies import policy_keys
+    from relaunch.common.policies.policy_set import policy_keys
 
     source = Path(policy_module.__file__).read_text()
     rules = set(re.findall(r'Decision\(\s*"\w+", "(\w+)"', source)) | set(re.findall(r'stop\("(\w+)"', source))

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from relaunch.detector import scan_engines
-from relaunch.detector.adapters.logfiles import MAX_LINE_BYTES, iter_byte_blocks, iter_text_blocks
-from relaunch.detector.domain.byte_patterns import FOLDS_TO_ASCII, superset_source
-from relaunch.detector.domain.classifying import classify
-from relaunch.detector.domain.signatures import MAX_LINE, builtin_catalogue, parse_catalogue
-from relaunch.detector.offline import classify_stream, load_scanner
+from relaunch.common.diagnosis import scan_engines
+from relaunch.common.diagnosis.blocks import MAX_LINE_BYTES, iter_byte_blocks, iter_text_blocks
+from relaunch.common.diagnosis.byte_patterns import FOLDS_TO_ASCII, superset_source
+from relaunch.common.diagnosis.classifying import classify
+from relaunch.common.diagnosis.signatures import MAX_LINE, builtin_catalogue, parse_catalogue
+from relaunch.common.diagnosis.offline import classify_stream, load_scanner
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", REPO.parent / "shared" / "corpus")) / "logs"
@@ -201,7 +201,7 @@ def test_a_superset_matches_the_bytes_of_what_its_pattern_matches(pattern, line,
     source = superset_source(compiled)
     assert re.compile(source, re.MULTILINE).search(line)
     if scan_engines.hyperscan_importable():
-        from relaunch.detector.adapters.hyperscan_engine import line_finder
+        from relaunch.common.diagnosis.hyperscan_engine import line_finder
 
         finder = line_finder(pattern, lambda: [source], tmp_path)
         assert finder(b"before\n" + line + b"\nafter") == [(7, 7 + len(line))]
@@ -241,10 +241,10 @@ def test_only_these_letters_fold_to_ascii_under_ignorecase():
 
 def test_without_hyperscan_the_python_engine_is_used_and_said_once(monkeypatch, caplog):
     catalogue = builtin_catalogue()
-    monkeypatch.setitem(sys.modules, "relaunch.detector.adapters.hyperscan_engine", None)
+    monkeypatch.setitem(sys.modules, "relaunch.common.diagnosis.hyperscan_engine", None)
     scan_engines.scanner_with_engine.cache_clear()
     try:
-        with caplog.at_level(logging.INFO, logger="relaunch.detector.scan_engines"):
+        with caplog.at_level(logging.INFO, logger="relaunch.common.diagnosis.scan_engines"):
             assert scan_engines.scanner_with_engine(catalogue, "auto").engine == "python"
             assert scan_engines.scanner_with_engine(catalogue, "auto").engine == "python"
         assert [r.levelname for r in caplog.records] == ["WARNING"]
@@ -271,7 +271,7 @@ def test_a_catalogue_hyperscan_refuses_falls_back_to_python(monkeypatch, tmp_pat
 
 def test_the_compiled_database_is_cached_and_a_bad_cache_is_rebuilt(monkeypatch, tmp_path):
     hyperscan_scanner()
-    from relaunch.detector.adapters import hyperscan_engine
+    from relaunch.common.diagnosis import hyperscan_engine
 
     compiled = []
     real = hyperscan_engine._compile
@@ -289,7 +289,7 @@ def test_the_compiled_database_is_cached_and_a_bad_cache_is_rebuilt(monkeypatch,
 
 def test_a_block_with_too_many_engine_hits_is_matched_in_python(monkeypatch):
     scanner = hyperscan_scanner()
-    from relaunch.detector.adapters import hyperscan_engine
+    from relaunch.common.diagnosis import hyperscan_engine
 
     monkeypatch.setattr(hyperscan_engine, "MAX_ENDS", 3)
     data = b"".join(b"[rank%d]: RuntimeError: CUDA error: out of memory\n" % r for r in range(10))

@@ -6,10 +6,10 @@ import random
 import time
 from pathlib import Path
 
-from relaunch.detector.adapters.logfiles import iter_text_blocks
-from relaunch.detector.domain.classifying import classify
-from relaunch.detector.domain.scanning import literal_trie_pattern, scanner_for
-from relaunch.detector.domain.signatures import MAX_LINE, builtin_catalogue
+from relaunch.common.diagnosis.blocks import iter_text_blocks
+from relaunch.common.diagnosis.classifying import classify
+from relaunch.common.diagnosis.scanning import literal_trie_pattern, scanner_for
+from relaunch.common.diagnosis.signatures import MAX_LINE, builtin_catalogue
 
 CATALOGUE = builtin_catalogue()
 SCANNER = scanner_for(CATALOGUE)

@@ -14,11 +14,13 @@ import json
 from pathlib import Path
 
 import pytest
+from memorybus import memory_bus
 
 from relaunch.actuator.domain.accounting import REQUEUE_LINK, available_fields, job_chain, parse_sacct
 from relaunch.actuator.domain.observing import observed_from_scontrol, parse_scontrol_line, read_listing
 from relaunch.actuator.domain.slurm_values import Unreadable, exit_code, job_state, number
 from relaunch.actuator.observer import Observer
+from relaunch.common.schemas import JobObserved
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 RELEASES = ("22.05", "24.11", "26.05")
@@ -201,12 +203,20 @@ def test_exit_codes_of_both_shapes(value, code):
 # --- the observer never stops ------------------------------------------------------------------------
 
 
-class RecordingBus:
-    def __init__(self) -> None:
-        self.published: list = []
+def observed_by(slurm, action, poll_s: float = 1.0) -> list[JobObserved]:
+    """What an Observer over `slurm` publishes (through a bus in memory, tests/unit/memorybus.py) while
+    `action(observer)` runs."""
 
-    async def publish(self, subject, model, msg_id=None):
-        self.published.append(model)
+    async def go():
+        async with memory_bus("actuator") as (bus, streams):
+            await action(Observer(bus, slurm, "c", poll_s), streams)
+            return streams.of(JobObserved)
+
+    return asyncio.run(go())
+
+
+async def poll_once(observer, _streams) -> None:
+    await observer.poll_once()
 
 
 class CapturedSlurm:
@@ -241,10 +251,8 @@ class CapturedSlurm:
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_observer_publishes_every_opted_in_job_with_its_log_path(release):
     capture = Capture(release)
-    bus = RecordingBus()
-    observer = Observer(bus, CapturedSlurm(capture, [capture.json("squeue-all.json")]), "c", 1.0)
-    asyncio.run(observer.poll_once())
-    seen = {capture.names.get(o.job_id): o for o in bus.published}
+    published = observed_by(CapturedSlurm(capture, [capture.json("squeue-all.json")]), poll_once)
+    seen = {capture.names.get(o.job_id): o for o in published}
     assert seen["fail"].state == "FAILED" and seen["fail"].exit_code == 1
     assert seen["fail"].stderr.endswith(f"fail-{capture.ids['fail']}.err")
     assert seen["chain"].restarts == 1 and seen["chain"].submit_time is not None
@@ -255,10 +263,8 @@ def test_a_job_found_only_by_the_accounting_sweep_carries_its_log_path():
     alone knows them, and it says where their output went."""
     for release in RELEASES:
         capture = Capture(release)
-        bus = RecordingBus()
-        observer = Observer(bus, CapturedSlurm(capture, [{"jobs": []}]), "c", 1.0)
-        asyncio.run(observer.poll_once())
-        seen = {capture.names.get(o.job_id): o for o in bus.published}
+        published = observed_by(CapturedSlurm(capture, [{"jobs": []}]), poll_once)
+        seen = {capture.names.get(o.job_id): o for o in published}
         assert seen["fail"].state == "FAILED", release
         assert seen["fail"].stdout.endswith(f"fail-{capture.ids['fail']}.out"), release
         assert seen["fail"].stderr.endswith(f"fail-{capture.ids['fail']}.err"), release
@@ -267,25 +273,26 @@ def test_a_job_found_only_by_the_accounting_sweep_carries_its_log_path():
 
 def test_the_observer_loop_survives_an_unexpected_error_and_an_unknown_shape():
     capture = Capture("24.11")
-    bus = RecordingBus()
     weird = edited(capture, "fail", job_state={"current": ["FAILED"]})
     listings = [RuntimeError("boom"), {"jobs": "not a list"}, weird, capture.json("squeue-all.json")]
-    observer = Observer(bus, CapturedSlurm(capture, listings), "c", 0.01)
 
-    async def go():
+    versions = []
+
+    async def run_until_fail_is_seen(observer, streams):
         stop = asyncio.Event()
         task = asyncio.create_task(observer.run(stop))
         for _ in range(400):
-            if any(capture.names.get(o.job_id) == "fail" for o in bus.published):
+            if any(capture.names.get(o.job_id) == "fail" for o in streams.of(JobObserved)):
                 break
             await asyncio.sleep(0.01)
         stop.set()
         await task
+        versions.append(observer.slurm_version)
 
-    asyncio.run(go())
-    names = [capture.names.get(o.job_id) for o in bus.published]
+    published = observed_by(CapturedSlurm(capture, listings), run_until_fail_is_seen, poll_s=0.01)
+    names = [capture.names.get(o.job_id) for o in published]
     assert "running" in names and "fail" in names  # read once the listing could be read again
-    assert observer.slurm_version == "24.11.5"
+    assert versions == ["24.11.5"]
 
 
 def test_first_attempt_submit_time_survives_the_26_05_chain():

@@ -1,7 +1,7 @@
 """The detector's cache of decoded progress states: bounded, least recently used out, and a snapshot
 of what was held is what a caller gets, whatever happens to the cache meanwhile."""
 
-from relaunch.detector.statecache import StateCache
+from relaunch.detector.adapters.statecache import StateCache
 
 
 def test_held_is_a_snapshot_by_token():

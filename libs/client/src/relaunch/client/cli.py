@@ -20,6 +20,7 @@ from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
 from relaunch.common.schemas import dump
 
 from . import inject, operator_cli
+from . import settings as client_settings
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
 
@@ -41,11 +42,11 @@ EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
 
 def _api() -> str:
-    return os.environ.get("RELAUNCH_API_URL", "http://127.0.0.1:14080").rstrip("/")
+    return client_settings.api_url()
 
 
 def _cluster(cluster: str | None) -> str:
-    return cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+    return client_settings.cluster(cluster)
 
 
 def _get(path: str, params: dict | None = None) -> dict:
@@ -133,20 +134,17 @@ def policy_check(comment: str,
         else:
             console.print("not opted in: the comment has no 'relaunch' token")
         raise typer.Exit(EXIT_NOT_FOUND)
-    try:  # the policy file belongs to the decider: without it, only the grammar can be checked
-        from relaunch.decider.domain.policies import PolicyFileError, resolve
-        from relaunch.decider.policy_file import load_policies
-    except ImportError:
-        errors, effective, source = list(optin.errors), {**optin.options, "policy": optin.policy or "default"}, None
-        note = "policy caps not checked: the decider package (relaunch-decider) is not installed"
-    else:
-        try:
-            policies = load_policies(policy_file)
-        except PolicyFileError as exc:
-            err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from exc
-        policy = resolve(optin, policies)
-        errors, effective, source, note = list(policy.option_errors), policy.as_dict(), policies.source, ""
+    # Imported here: only this command needs the policy file's schema. The decider resolves with the same code.
+    from relaunch.common.policies.policy_file import load_policies
+    from relaunch.common.policies.policy_set import PolicyFileError, resolve
+
+    try:
+        policies = load_policies(policy_file)
+    except PolicyFileError as exc:
+        err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    policy = resolve(optin, policies)
+    errors, effective, source = list(policy.option_errors), policy.as_dict(), policies.source
     mode = "observe-only" if errors else "act"
     if as_json:
         print(json.dumps({"opted_in": True, "grammar": GRAMMAR_VERSION, "mode": mode, "errors": errors,
@@ -155,10 +153,7 @@ def policy_check(comment: str,
         for error in errors:
             console.print(f"[red]error[/red]: {escape(error)}", soft_wrap=True, highlight=False)
         console.print(f"mode: {mode}")
-        if note:
-            console.print(f"[yellow]{note}[/yellow]")
-        elif source:
-            console.print(f"policies from: {escape(source)}", soft_wrap=True)
+        console.print(f"policies from: {escape(source)}", soft_wrap=True)
         console.print(f"effective policy: {escape(json.dumps(effective))}", soft_wrap=True, highlight=False)
     if errors:
         raise typer.Exit(EXIT_USAGE)
@@ -168,7 +163,7 @@ def policy_check(comment: str,
 def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject filter."),
                 as_json: bool = typer.Option(False, "--json", help="Print each message body as JSON.")) -> None:
     """Follow relaunch messages live until interrupted."""
-    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    url = client_settings.nats_url()
 
     async def run() -> None:
         async for subj, msg in subscribe(url, subject):
@@ -196,14 +191,11 @@ def classify(files: list[str] = typer.Argument(..., help="Log files to classify;
                                         "results are the same; only the speed differs.")) -> None:
     """Say what went wrong in training logs, offline (no server): the root cause, its fault domain and
     what relaunch would do. Exit 2 when a file cannot be read."""
-    try:  # the detector is optional for the client: only this command needs it
-        from relaunch.detector.domain.signatures import CatalogueError
-        from relaunch.detector.offline import classify_stream, load_scanner
-        from relaunch.detector.scan_engines import ENGINES, EngineUnavailable
-    except ImportError as exc:
-        err.print(f"[red]relaunch classify needs the detector package[/red] (relaunch-detector: "
-                  f"pip install -e services/detector): {escape(str(exc))}")
-        raise typer.Exit(EXIT_USAGE) from exc
+    # Imported here, not at the top: only this command needs the scanner (start-up time is benchmarked).
+    from relaunch.common.diagnosis.offline import classify_stream, load_scanner
+    from relaunch.common.diagnosis.scan_engines import ENGINES, EngineUnavailable
+    from relaunch.common.diagnosis.signatures import CatalogueError
+
     if engine not in ENGINES:
         err.print(f"[red]--engine must be one of {', '.join(ENGINES)}[/red]")
         raise typer.Exit(EXIT_USAGE)
@@ -283,7 +275,7 @@ def _print_classification(name: str, found) -> None:
 def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The job to submit."),
          timeout: float = typer.Option(60.0, help="Give up after this many seconds.")) -> None:
     """Submit a job that crashes once and narrate, in plain words, how relaunch recovers it."""
-    url = os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    url = client_settings.nats_url()
     jobs_dir = Path(os.environ.get("RELAUNCH_RUN_DIR", ".run")) / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     if not script.exists():

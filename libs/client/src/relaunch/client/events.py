@@ -47,7 +47,7 @@ class EventStream:
         self._nc = None
 
     async def __aenter__(self) -> EventStream:
-        from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+        from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
         self._nc = await nats.connect(self.nats_url, connect_timeout=3, max_reconnect_attempts=-1,
                                       **connect_options())

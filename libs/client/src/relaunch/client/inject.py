@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 from enum import StrEnum
 
 import nats
@@ -22,6 +21,8 @@ from rich.markup import escape
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, dump
+
+from . import settings as client_settings
 
 app = typer.Typer(help="Make the fake GPU probe on a node report a fault (XID, ECC, NVLink, throttling, a lost "
                        "GPU), or clear them.", no_args_is_help=True, add_completion=False)
@@ -46,11 +47,11 @@ class ThrottleReason(StrEnum):
 
 
 def _nats_url() -> str:
-    return os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222")
+    return client_settings.nats_url()
 
 
 def _cluster(cluster: str | None) -> str:
-    return cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+    return client_settings.cluster(cluster)
 
 
 async def _quiet(exc: Exception) -> None:
@@ -64,7 +65,7 @@ async def request_injection(nats_url: str, injection: FaultInjection,
     Raises OSError-like errors (nats.errors.NoServersError, OSError, TimeoutError) when NATS itself
     cannot be reached."""
     # nats-py treats max_reconnect_attempts=0 as "forever" for the first connect; 1 means one retry.
-    from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+    from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
     nc = await nats.connect(nats_url, connect_timeout=min(timeout_s, 3.0), allow_reconnect=False,
                             max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,

@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import settings as client_settings
+
 EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
 console = Console()
@@ -26,7 +28,7 @@ err = Console(stderr=True)
 
 
 def _api() -> str:
-    return os.environ.get("RELAUNCH_API_URL", "http://127.0.0.1:14080").rstrip("/")
+    return client_settings.api_url()
 
 
 def _client() -> httpx.Client:
@@ -98,7 +100,7 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
     except OSError as exc:
         err.print(f"[red]cannot read the token file {escape(str(token_file))}[/red]: {escape(exc.strerror or '')}")
         raise typer.Exit(EXIT_USAGE) from exc
-    cluster = cluster or os.environ.get("RELAUNCH_CLUSTER", "local")
+    cluster = client_settings.cluster(cluster)
     body = {"mode": mode, "reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
     data = _call("POST", f"/v1/jobs/{cluster}/{job_id}/mode", json=body,
                  headers={"Authorization": f"Bearer {token}"})

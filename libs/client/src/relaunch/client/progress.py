@@ -18,6 +18,8 @@ import threading
 from relaunch.common import subjects
 from relaunch.common.schemas import ProgressReported, dump
 
+from . import settings as client_settings
+
 log = logging.getLogger(__name__)
 
 
@@ -58,7 +60,7 @@ class ProgressReporter:
     async def _publish_loop(self) -> None:
         import nats
 
-        from relaunch.common.bus import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+        from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
         nc = None
         loop = asyncio.get_running_loop()
@@ -98,9 +100,6 @@ def report_progress(step: int, throughput: float | None = None, step_time_s: flo
                 job_id = os.environ.get("SLURM_JOB_ID")
                 if not job_id:
                     return
-                _default = ProgressReporter(
-                    os.environ.get("RELAUNCH_NATS_URL", "nats://127.0.0.1:14222"),
-                    os.environ.get("RELAUNCH_CLUSTER") or os.environ.get("SLURM_CLUSTER_NAME", "local"),
-                    job_id, node=os.environ.get("SLURMD_NODENAME"),
-                )
+                _default = ProgressReporter(client_settings.nats_url(), client_settings.job_cluster(),
+                                            job_id, node=os.environ.get("SLURMD_NODENAME"))
     _default.report(step, throughput, step_time_s, rank)

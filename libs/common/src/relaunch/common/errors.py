@@ -1,6 +1,6 @@
 """The two error kinds every handler may raise, and nothing in between.
 
-The bus layer (`relaunch.common.bus`) maps them exactly once:
+relaunch.common.outcomes maps them exactly once, for every consumer:
 TemporaryError -> nak(delay) (look again later), PermanentError -> term() plus a DLQ entry.
 Any other exception is a bug: it is nak'ed with a back-off and, on its last delivery, dead-lettered.
 """

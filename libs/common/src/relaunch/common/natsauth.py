@@ -28,7 +28,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from . import subjects
+from . import consumers, subjects
 from .subjects import ConsumerSpec
 
 ADMIN = "admin"
@@ -40,11 +40,9 @@ HOLDS_BUCKET = "relaunch-holds"
 API = "$JS.API"
 
 CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
-    "detector": (subjects.DETECTOR_LOGS, subjects.DETECTOR_JOBS, subjects.DETECTOR_PROGRESS),
-    "decider": (subjects.DECIDER_JOBS, subjects.DECIDER_ANOMALIES, subjects.DECIDER_RECONCILE,
-                subjects.DECIDER_AUDIT, subjects.DECIDER_NODES),
-    "actuator": (subjects.ACTUATOR_ADVICE,),
+    service: tuple(c.spec for c in consumers.of(service)) for service in ("detector", "decider", "actuator")
 }
+"""Each service's durable consumers, from their one declaration (relaunch.common.consumers)."""
 
 
 SHARED_PROBE = "gpu-probe"
@@ -99,6 +97,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
     p = subjects.PREFIX
     audit = f"{p}.event.audit.>"
     events = subjects.EVENTS.name
+    live = consumers.API_EVENTS.stream.name  # the API's live readers (consumers.API_EVENTS)
     users = {
         ADMIN: {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}},
         "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>",
@@ -119,7 +118,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Live reading of EVENTS: unnamed ephemeral ordered consumers (the server names them, and removes
         # them when the reader goes), with flow control. Not `CONSUMER.CREATE.EVENTS.>`, `DELETE` or
         # `INFO`: those would reach the decider's durables on EVENTS too.
-        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{events}", f"$JS.FC.{events}.>"]),
+        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>"]),
         # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
         CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
               "subscribe": {"allow": [f"{p}.>", f"{inbox_prefix(CLI)}.>"]}},
@@ -127,12 +126,14 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
     for node in nodes:
         user = probe_user(node)
         users[user] = _service(user, [subjects.signal_node(cluster, node)],
-                               subscribe=[subjects.control_inject(cluster, node)], responses=True)
+                               subscribe=[consumers.PROBE_INJECT.subject_for(cluster=cluster, node=node)],
+                               responses=True)
     if shared_probe:
         users[SHARED_PROBE] = {
             "publish": {"allow": [subjects.signal_node(cluster, "*"),
                                   *(f"{API}.STREAM.INFO.{spec.name}" for spec in subjects.STREAMS)]},
-            "subscribe": {"allow": [subjects.control_inject(cluster, "*"), f"{inbox_prefix(SHARED_PROBE)}.>"]},
+            "subscribe": {"allow": [consumers.PROBE_INJECT.subject_for(cluster=cluster, node="*"),
+                                    f"{inbox_prefix(SHARED_PROBE)}.>"]},
             "allow_responses": True}
     return users
 
@@ -174,7 +175,7 @@ def read_password(path: str | os.PathLike) -> str:
 
 async def setup_streams() -> None:
     """Create or update every stream as the admin user (credentials from RELAUNCH_NATS_* settings)."""
-    from .bus import Bus
+    from .connection import Bus
     from .settings import CommonSettings
 
     bus = await Bus.connect(CommonSettings().nats_url, ADMIN, wait_s=30)

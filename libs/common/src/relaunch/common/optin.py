@@ -1,4 +1,4 @@
-"""The opt-in grammar of the Slurm job comment, version 2 (contract: DESIGN.md sections 6-7; docs/policy.md).
+"""The opt-in grammar of the Slurm job comment, version 2 (contract: docs/policy.md, "The job comment").
 
 A job takes part when its comment holds the token `relaunch`, optionally with options:
 `relaunch:key=value,key=value` (no spaces). Other text may share the comment, separated by

@@ -134,7 +134,7 @@ class AnomalyDetected(Message):
 
 
 class Advice(Message):
-    """The decider's durable intent for one attempt (DESIGN.md section 4)."""
+    """The decider's durable intent for one attempt (docs/architecture.md, "Decision" and "Reconcile")."""
 
     schema_: Literal["relaunch.advice/v1"] = Field("relaunch.advice/v1", alias="schema")
     cluster: Name

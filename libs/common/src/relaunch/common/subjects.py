@@ -1,4 +1,4 @@
-"""Every subject, stream and durable consumer name (contract: DESIGN.md section 3).
+"""Every subject, stream and durable consumer name (contract: docs/events.md, "Subjects" and "Streams").
 
 Handlers never spell a subject themselves; they call these functions.
 """

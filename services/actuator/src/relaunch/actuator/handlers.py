@@ -9,11 +9,11 @@ import datetime as dt
 import logging
 import time
 
-import nats.js.errors
 from prometheus_client import Counter
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.job_states import FAILED_STATES
 from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus
@@ -53,12 +53,11 @@ class Reconciler:
         another replica, or this one after a restart, uses the SubmitTime bound, which is always safe."""
 
     async def newest_generation(self, advice: Advice) -> int:
-        try:
-            last = await self.bus.js.get_last_msg(subjects.ADVICE.name, subjects.advice(advice.cluster, advice.job_id))
-        except nats.js.errors.NotFoundError:
+        last = await self.bus.last_message(subjects.ADVICE, subjects.advice(advice.cluster, advice.job_id))
+        if last is None:
             return advice.generation
         try:
-            return max(advice.generation, Advice.model_validate_json(last.data).generation)
+            return max(advice.generation, Advice.model_validate_json(last[0]).generation)
         except ValueError:
             return advice.generation
 

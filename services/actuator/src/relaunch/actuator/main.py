@@ -8,9 +8,9 @@ import logging
 import os
 import socket
 
-from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume
-from relaunch.common.schemas import Advice
+from relaunch.common import consumers
+from relaunch.common.connection import Bus
+from relaunch.common.serving import consume
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings, require_backends
@@ -52,7 +52,8 @@ async def amain() -> None:
             lease.run(stop),
             watch_redis(stop),
             observer.run(stop),
-            consume(bus, subjects.ACTUATOR_ADVICE, Advice, functools.partial(handle_advice, reconciler), stop,
+            # A FastStream subscriber that runs only while this actuator holds the lease.
+            consume(bus, consumers.ACTUATOR_ADVICE, functools.partial(handle_advice, reconciler), stop,
                     active=lambda: lease.is_leader),
         ]
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-import nats.errors
-import nats.js.errors
 from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
+from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Advice, AnomalyDetected
 
 log = logging.getLogger(__name__)
@@ -43,9 +42,11 @@ async def observe_recovery(bus: Bus, advice: Advice, converged_at: dt.datetime) 
     if advice.operation != "restart" or wanted is None:
         return None
     try:
-        msg = await bus.js.get_last_msg(subjects.EVENTS.name, subjects.event_anomaly(advice.cluster, advice.job_id))
-        anomaly = AnomalyDetected.model_validate_json(msg.data)
-    except (nats.errors.Error, TimeoutError, ValidationError) as exc:  # a figure lost, never a reconcile
+        last = await bus.last_message(subjects.EVENTS, subjects.event_anomaly(advice.cluster, advice.job_id))
+        if last is None:
+            return None
+        anomaly = AnomalyDetected.model_validate_json(last[0])
+    except (TemporaryError, TimeoutError, ValidationError) as exc:  # a figure lost, never a reconcile
         log.debug("no anomaly for the time to recover of %s/%s: %s", advice.cluster, advice.job_id, exc)
         return None
     if anomaly.anomaly_id != wanted:

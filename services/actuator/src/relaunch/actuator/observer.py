@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-
-log = logging.getLogger(__name__)
-
-POSTGRES_WAIT_S = 60
-"""How long the API waits for Postgres at start before giving up (it is useless without the ledger)."""
 
 
 @dataclass
@@ -27,22 +20,12 @@ class Backends:
 
 @asynccontextmanager
 async def connect(database_url: str, nats_url: str) -> AsyncIterator[Backends]:
-    import asyncpg
-
     from .adapters.events import BusEvents
     from .adapters.ledger_read import LedgerReader
     from .adapters.overrides import OverrideStore
+    from .adapters.postgres import create_pool
 
-    pool = None
-    for _ in range(POSTGRES_WAIT_S):
-        try:
-            pool = await asyncpg.create_pool(database_url, min_size=1, max_size=5, command_timeout=10)
-            break
-        except (OSError, asyncpg.exceptions.PostgresError) as exc:
-            log.warning("waiting for Postgres: %s", exc)
-            await asyncio.sleep(1)
-    if pool is None:
-        raise RuntimeError(f"Postgres at {database_url} is not reachable (RELAUNCH_DATABASE_URL)")
+    pool = await create_pool(database_url)
     events = BusEvents(nats_url)
     await events.start()
     try:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .adapters.postgres import SCHEMA_TOO_OLD, UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +42,18 @@ def install(app: FastAPI) -> None:
         detail = "; ".join(f"{f['where']}: {f['message']}" for f in fields[:5]) or "the request is not valid"
         return problem(422, detail, hint="see /docs for each endpoint's parameters", fields=fields)
 
-    @app.exception_handler(asyncpg.exceptions.UndefinedTableError)
+    @app.exception_handler(SCHEMA_TOO_OLD)
     async def old_schema(request: Request, exc: Exception) -> JSONResponse:
         return problem(503, f"the ledger's schema is older than this API ({exc})",
                        hint="start or restart the decider: it applies the ledger's migrations")
 
-    @app.exception_handler(asyncpg.exceptions.PostgresError)
-    @app.exception_handler(asyncpg.exceptions.InterfaceError)
-    @app.exception_handler(OSError)
-    @app.exception_handler(TimeoutError)
     async def db_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("ledger unavailable: %s", exc)
         return problem(503, f"the ledger (Postgres) is not available: {exc}",
                        hint="check that Postgres is running (make up) and RELAUNCH_DATABASE_URL")
+
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, db_down)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception) -> JSONResponse:

@@ -8,17 +8,17 @@ from dataclasses import replace
 from prometheus_client import Counter
 
 from relaunch.common import subjects
-from relaunch.common.bus import Delivery, utcnow
+from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
+from relaunch.common.policies.policy_file import load_policies
+from relaunch.common.policies.policy_set import PolicySet, resolve
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
 from .adapters.ledger import FINAL_STATES, Ledger
 from .domain import attribution
-from .domain.policies import PolicySet, resolve
 from .domain.policy import decide
 from .outbox import OutboxPublisher
-from .policy_file import load_policies
 
 log = logging.getLogger(__name__)
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume
-from relaunch.common.schemas import AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
+from relaunch.common import consumers
+from relaunch.common.connection import Bus
+from relaunch.common.serving import serve
+from relaunch.common.policies.policy_file import load_policies
+from relaunch.common.policies.policy_set import PolicyFileError
 from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
 from .adapters.ledger import Ledger
-from .domain.policies import PolicyFileError
 from .handlers import Decider
 from .outbox import OutboxPublisher
-from .policy_file import load_policies
+from .router import router
 from .settings import DeciderSettings
 
 log = logging.getLogger(__name__)
@@ -46,19 +47,10 @@ async def amain() -> None:
             db.record(await ledger.ping())
             await asyncio.sleep(2)
 
+    await serve(bus, router(decider, bus.inbox_prefix), consumers.of("decider"))
+
     def tasks(stop: asyncio.Event):
-        return [
-            outbox.run(stop),
-            watch_db(stop),
-            consume(bus, subjects.DECIDER_JOBS, JobObserved, decider.on_job, stop, per_subject=True),
-            # Jobs decided concurrently (a decision mostly waits on Postgres, and 1,000 failures at once
-            # must all be decided within seconds); safe, as between replicas: each holds its job's row lock.
-            consume(bus, subjects.DECIDER_ANOMALIES, AnomalyDetected, decider.on_anomaly, stop, batch=64,
-                    per_subject=True),
-            consume(bus, subjects.DECIDER_RECONCILE, ReconcileStatus, decider.on_reconcile, stop),
-            consume(bus, subjects.DECIDER_AUDIT, AuditEntry, decider.on_audit, stop),
-            consume(bus, subjects.DECIDER_NODES, NodeHealth, decider.on_node, stop),
-        ]
+        return [outbox.run(stop), watch_db(stop)]
 
     async def on_stop() -> None:
         await bus.close()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from relaunch.common import subjects, telemetry
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.errors import TemporaryError
+from relaunch.common.lanes import KeyedLanes
 
 from .adapters.ledger import Ledger
 
@@ -35,23 +35,20 @@ class OutboxPublisher:
         another in commit order; different jobs' rows concurrently, so that the Advice of 1,000 decisions
         taken together do not wait for each other's PubAck. A batch is marked published once sent."""
         rows = await self.ledger.unpublished(BATCH)
-        lanes: dict[str, list] = {}
-        for row in rows:
-            lanes.setdefault(row["subject"], []).append(row)
+        lanes = KeyedLanes()
         sent: list[int] = []
 
-        async def lane(rows: list) -> None:
-            for row in rows:
-                headers = {subjects.MSG_ID_HEADER: row["msg_id"]}
-                if row["traceparent"]:  # continue the trace of the decision that wrote the row
-                    headers[telemetry.TRACEPARENT] = row["traceparent"]
-                await self.bus.js.publish(row["subject"], bytes(row["payload"]), headers=headers)
+        async def publish(row, turn) -> None:
+            async with turn:
+                # The row's traceparent continues the trace of the decision that wrote it.
+                await self.bus.publish_bytes(row["subject"], bytes(row["payload"]), row["msg_id"],
+                                             row["traceparent"] or None)
                 sent.append(row["id"])
 
         try:
             async with asyncio.TaskGroup() as group:
-                for rows_of_subject in lanes.values():
-                    group.create_task(lane(rows_of_subject))
+                for row in rows:  # turns taken in commit order
+                    group.create_task(publish(row, lanes.turn(row["subject"])))
         finally:  # what was sent is marked even when another lane failed (the rest is sent again)
             if sent:
                 await self.ledger.mark_published_many(sent)

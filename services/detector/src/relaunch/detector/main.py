@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from relaunch.common import subjects
-from relaunch.common.bus import Bus, consume, consume_batch, handled_until
-from relaunch.common.schemas import JobObserved, LogBatch, ProgressReported
+from relaunch.common import consumers
+from relaunch.common.connection import Bus
+from relaunch.common.ingest import consume_batch, consume_each, handled_until
+from relaunch.common.serving import serve
+from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
+from .adapters.follower import Follower
 from .adapters.hotstate import HotState
 from .domain import hangs, stragglers
-from .domain.signatures import load_catalogue
-from .handlers import Detector, Follower
+from .handlers import Detector
 from .rebuilding import HotStateRebuilder
+from .router import router
 from .settings import DetectorSettings
 from .tracking import ProgressTracker
 
@@ -33,8 +36,8 @@ async def amain() -> None:
     state = HotState(common.redis_url)
     async def progress_read_until(now: float) -> float:
         # Progress arrives as progress signals and as log lines: silence is judged up to what both say.
-        return min(await handled_until(bus, subjects.DETECTOR_PROGRESS, now),
-                   await handled_until(bus, subjects.DETECTOR_LOGS, now))
+        return min(await handled_until(bus, consumers.DETECTOR_PROGRESS, now),
+                   await handled_until(bus, consumers.DETECTOR_LOGS, now))
 
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes,
                         settings.quiet_follow_interval_s)
@@ -52,17 +55,18 @@ async def amain() -> None:
             redis.record(await state.ping())
             await asyncio.sleep(2)
 
+    # Job observations on FastStream (the router); log batches and progress on the ingest engine.
+    await serve(bus, router(detector, bus.inbox_prefix), (consumers.DETECTOR_JOBS,))
+
     def tasks(stop: asyncio.Event):
         return [
             follower.run(stop),
             watch_redis(stop),
             # Different jobs' log batches and observations concurrently; one job's in order.
-            consume(bus, subjects.DETECTOR_LOGS, LogBatch, detector.on_log, stop, batch=64, per_subject=True),
-            consume(bus, subjects.DETECTOR_JOBS, JobObserved, detector.on_job, stop, batch=64, per_subject=True),
+            consume_each(bus, consumers.DETECTOR_LOGS, detector.on_log, stop),
             # Three batches at once: one is computed while the others wait on Redis (the tracker keeps
             # each job's batches in order).
-            consume_batch(bus, subjects.DETECTOR_PROGRESS, ProgressReported, tracker.on_progress_batch, stop,
-                          concurrency=3),
+            consume_batch(bus, consumers.DETECTOR_PROGRESS, tracker.on_progress_batch, stop, concurrency=3),
             tracker.sweep(stop),
             rebuilder.run(stop),
         ]

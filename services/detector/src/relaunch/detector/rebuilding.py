@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import nats.errors
-import nats.js.errors
-
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.schemas import JobObserved
@@ -53,7 +51,7 @@ class HotStateRebuilder:
                         raise
                     log.info("hot state: followed %d jobs again from the last observations in %s",
                              count, subjects.SIGNALS.name)
-            except (TemporaryError, nats.errors.Error, TimeoutError) as exc:
+            except (TemporaryError, TimeoutError) as exc:
                 log.warning("hot state rebuild: %s (will retry)", exc)
             except Exception:  # never take the detector down for this: the next pass tries again
                 log.exception("hot state rebuild failed (will retry)")
@@ -65,19 +63,18 @@ class HotStateRebuilder:
     async def rebuild(self) -> int:
         """Replay the newest JobObserved of every job of this cluster whose attempt is not over."""
         prefix = subjects.signal_job(self.cluster, "")
-        info = await self.bus.js.stream_info(subjects.SIGNALS.name, subjects_filter=prefix + ">")
         count = 0
-        for subject in sorted((info.state.subjects or {})):
-            try:
-                msg = await self.bus.js.get_last_msg(subjects.SIGNALS.name, subject)
-            except nats.js.errors.NotFoundError:
+        for subject in await self.bus.stream_subjects(subjects.SIGNALS, prefix + ">"):
+            last = await self.bus.last_message(subjects.SIGNALS, subject)
+            if last is None:
                 continue  # aged out since the listing
+            data, seq = last
             try:
-                obs = JobObserved.model_validate_json(msg.data)
+                obs = JobObserved.model_validate_json(data)
             except ValueError:
                 continue  # the durable consumer dead-letters it; nothing to follow
             if obs.state in FINAL_STATES:
                 continue
-            await self.on_job(obs, Delivery(subject=subject, num_delivered=1, stream_seq=msg.seq or 0))
+            await self.on_job(obs, Delivery(subject=subject, num_delivered=1, stream_seq=seq))
             count += 1
         return count

@@ -20,17 +20,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import orjson
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, Delivery, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
+from relaunch.common.lanes import KeyedLanes
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
 from .adapters.hotstate import HELD, HotState, parse_nodes
+from .adapters.statecache import StateCache
 from .domain import hangs, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
 from .metrics import anomaly_published
-from .statecache import StateCache
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class ProgressTracker:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
         self.gate = CrashFirst()
-        # now (epoch s) -> the time up to which every progress signal has been read (bus.handled_until);
+        # now (epoch s) -> the time up to which every progress signal has been read (ingest.handled_until);
         # None: assume no backlog (tests that feed the tracker directly).
         self.handled_until = handled_until
         # job -> the state (JSON) this replica last wrote (see statecache). The encoded state, not the
@@ -89,8 +91,8 @@ class ProgressTracker:
         # intervals) cost seven times more than decoding 2 KB that lie together.
         self.cache: StateCache[bytes] = StateCache(cache_jobs)
         self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
-        self._inflight: dict[str, asyncio.Future] = {}
-        """job -> the end of the batch that is handling its reports now (see on_progress_batch)."""
+        self._lanes = KeyedLanes()
+        """One lane per job: a batch waits for the earlier batches of its jobs (see on_progress_batch)."""
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
@@ -107,7 +109,7 @@ class ProgressTracker:
         await self._observe(msg.job_id, int(info["attempt"]), [point], msg.at)
 
     async def on_progress_batch(self, items: list[tuple[ProgressReported, Delivery]]) -> list[Exception | None]:
-        """on_progress for a whole fetch (bus.consume_batch): one Redis round trip reads every job's
+        """on_progress for a whole fetch (ingest.consume_batch): one Redis round trip reads every job's
         state and one transaction writes it back, so the detector keeps up with thousands of jobs
         reporting every second. A job's messages are applied in stream order, as one by one."""
         await self.gate.wait()
@@ -118,25 +120,14 @@ class ProgressTracker:
                 mine.setdefault(msg.job_id, []).append(i)
         # Several batches may be in here at once (consume_batch's concurrency): a job's batch waits for
         # its earlier batch to be saved, so each job's reports still apply one after another.
-        earlier = {self._inflight[job] for job in mine if job in self._inflight}
-        done = asyncio.get_running_loop().create_future()
-        for job in mine:
-            self._inflight[job] = done
-        try:
-            if earlier:
-                await asyncio.wait(earlier)
+        async with self._lanes.turn(*mine):
             for i, (msg, delivery) in enumerate(items):
                 if msg.cluster != self.cluster:  # not this detector's cluster: the one-by-one path, as ever
                     try:
                         await self.on_progress(msg, delivery)
-                    except Exception as exc:  # noqa: BLE001 - mapped by the bus, per message
+                    except Exception as exc:  # noqa: BLE001 - mapped by the ingest engine, per message
                         results[i] = exc
             await self._progress_batch(items, mine, results)
-        finally:
-            for job in mine:
-                if self._inflight.get(job) is done:
-                    del self._inflight[job]
-            done.set_result(None)
         return results
 
     async def _progress_batch(self, items: list[tuple[ProgressReported, Delivery]], mine: dict[str, list[int]],

@@ -1,9 +1,12 @@
 """gpu-probe's bus wiring: sample -> classify -> publish NodeHealth, the XID watcher, fault injection.
 
-Publishing (DESIGN.md section 3, `relaunch.signal.node.<cluster>.<node>`):
+Publishing (docs/events.md, `relaunch.signal.node.<cluster>.<node>`):
 - every `interval_s`: these publications are also the probe's heartbeats (NodeHealth.interval_s tells
   consumers the period), so a node whose probe falls silent is noticed and becomes evidence;
 - at once when the backend reports an XID (trigger "xid") or a fault is injected (trigger "inject").
+
+Answering (relaunch.gpu_probe.router): `answer_injection` is the handler of the declared responder
+`relaunch.common.consumers.PROBE_INJECT`, on this node's `relaunch.control.inject.<cluster>.<node>`.
 
 Concurrency: one task (`publish_loop`) samples and publishes, so samples never overlap; the XID
 watcher and the injection handler only record what happened and wake it. The XID memory is touched
@@ -19,13 +22,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nats.aio.msg import Msg
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
-from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth, dump
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
+from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth
 
 from .domain.classification import Rules, classify
 from .domain.samples import GpuBackend, Injectable, XidEvent
@@ -63,10 +66,9 @@ class Probe:
         self._pending = "interval"
         self._seq = 0
         self._last_sample = time.monotonic()
-        self.injections_ready = asyncio.Event()
 
     def tasks(self, stop: asyncio.Event) -> list[Awaitable[None]]:
-        return [self.publish_loop(stop), self.watch_xids(stop), self.serve_injections(stop)]
+        return [self.publish_loop(stop), self.watch_xids(stop)]
 
     def sampling_ok(self) -> bool:
         """Health check: the probe sampled recently (a hung NVML call would stop it)."""
@@ -158,24 +160,11 @@ class Probe:
 
     # -- fault injection ------------------------------------------------------------------------
 
-    async def serve_injections(self, stop: asyncio.Event) -> None:
-        sub = await self.bus.nc.subscribe(subjects.control_inject(self.config.cluster, self.config.node),
-                                          cb=self._on_inject)
-        await self.bus.nc.flush()  # the server knows the subscription from here on
-        self.injections_ready.set()
-        try:
-            await stop.wait()
-        finally:
-            try:
-                await sub.unsubscribe()
-            except Exception as exc:  # the connection may already be closing
-                log.debug("unsubscribing from injections: %s", exc)
-
-    async def _on_inject(self, msg: Msg) -> None:
-        ack = self.handle_injection(msg.data)
+    def answer_injection(self, data: bytes) -> InjectionAck:
+        """The reply to one inject request (the raw body): counted by whether it was accepted."""
+        ack = self.handle_injection(data)
         INJECTIONS.labels(str(ack.accepted).lower()).inc()
-        if msg.reply:
-            await msg.respond(dump(ack))
+        return ack
 
     def handle_injection(self, data: bytes) -> InjectionAck:
         cfg = self.config

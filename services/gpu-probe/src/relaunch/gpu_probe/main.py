@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from relaunch.common.bus import Bus
+from relaunch.common.connection import Bus
 from relaunch.common.schemas import validate_name
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
@@ -21,6 +21,7 @@ from .adapters.fake_nvml import FakeNvml
 from .domain.classification import Rules
 from .domain.samples import BackendUnavailable, GpuBackend
 from .handlers import Probe, ProbeConfig
+from .router import router
 from .settings import ProbeSettings
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ async def amain(node_arg: str | None) -> None:
     backend = make_backend(settings)  # before connecting: a node without NVML fails fast and says why
     bus = await Bus.connect(common.nats_url, f"gpu-probe-{node}")
     probe = Probe(bus, backend, probe_config(cluster, node, settings))
+    await bus.serve(router(probe))  # answers this node's inject requests from here on
     log.info("gpu-probe for %s/%s: backend %s, %d GPUs expected, every %.1fs", cluster, node, backend.backend,
              settings.expected_gpus, settings.interval_s)
 

@@ -1,9 +1,11 @@
 """The API's NATS side (the only module of the API that talks to NATS): live reading of the EVENTS
 stream for /v1/events/stream, and publishing the audit entry of an operator override.
 
-Each live reader gets its own JetStream *ordered consumer*: ephemeral, in memory, no acks, and
-recreated by the client library from the last sequence it saw if a message goes missing, so a
-browser tab leaves nothing behind on the server when it closes.
+Each live reader is a FastStream subscriber of its own on the API's broker, declared by
+relaunch.common.consumers.API_EVENTS: a JetStream *ordered consumer*, ephemeral, in memory, no acks,
+and recreated by the client library from the last sequence it saw if a message goes missing, so a
+browser tab leaves nothing behind on the server when it closes. The subscriber is not persistent
+on the broker: dropped with the reader.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
+from faststream.nats import NatsRouter
+from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from relaunch.common.bus import Bus
+from relaunch.common import consumers
+from relaunch.common.connection import Bus
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Message
 
@@ -30,6 +36,8 @@ RECONNECT_S = 5.0
 PENDING_MAX = 4096
 """Messages one live reader may have queued before the client library drops them; the ordered consumer
 then resumes from the last one delivered, so a slow browser costs bounded memory and loses nothing."""
+QUEUE_MAX = 64
+"""Messages handed over to one reader and not yet sent to its browser."""
 
 
 class EventsUnavailable(Exception):
@@ -49,18 +57,33 @@ class StreamedEvent:
 
 
 class EventSubscription:
-    def __init__(self, sub) -> None:
-        self._sub = sub
+    """One reader's subscriber and the messages it handed over. The handler waits while the reader's
+    queue is full, so NATS' pending queue (PENDING_MAX) fills and drops, and the ordered consumer
+    resumes from the last message delivered: a slow browser costs bounded memory and loses nothing."""
+
+    def __init__(self, bus: Bus, subject: str, config: ConsumerConfig) -> None:
+        self._bus = bus
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=QUEUE_MAX)
+        self._sub = consumers.reader(bus.broker, consumers.API_EVENTS, subject, config, pending_msgs=PENDING_MAX,
+                                     persistent=False)
+
+        async def hand_over(body: bytes, msg: NatsMessage) -> None:
+            await self._queue.put(msg.raw_message)
+
+        self._sub(hand_over)
         self._closed = False
+
+    async def start(self) -> None:
+        await self._sub.start()
 
     async def next(self, timeout: float) -> StreamedEvent | None:
         """The next message, or None when none came within `timeout` seconds; StreamClosed at the end."""
+        if self._bus.nc.is_closed:
+            raise StreamClosed("the connection to NATS is closed")
         try:
-            msg = await self._sub.next_msg(timeout=timeout)
-        except (nats.errors.TimeoutError, TimeoutError):
+            msg = await asyncio.wait_for(self._queue.get(), timeout=timeout)
+        except TimeoutError:
             return None
-        except (nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError) as exc:
-            raise StreamClosed(str(exc)) from exc
         meta = msg.metadata
         return StreamedEvent(meta.sequence.stream, msg.subject, msg.data, meta.timestamp)
 
@@ -68,7 +91,7 @@ class EventSubscription:
         if self._closed:
             return
         try:
-            await self._sub.unsubscribe()
+            await self._sub.stop()
         except (nats.errors.Error, OSError) as exc:  # the connection is gone: so is the consumer
             log.debug("unsubscribe failed: %s", exc)
         # Marked only once done: a close cancelled halfway is completed by the next call.
@@ -113,13 +136,13 @@ class BusEvents:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since)
         else:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        sub = EventSubscription(bus, subject, config)
         try:
-            sub = await bus.js.subscribe(subject, stream=STREAM.name, ordered_consumer=True, config=config,
-                                         idle_heartbeat=5.0, pending_msgs_limit=PENDING_MAX)
+            await sub.start()
         except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
             raise EventsUnavailable(
                 f"cannot read the {STREAM.name} stream from NATS at {self.nats_url}: {exc}") from exc
-        return EventSubscription(sub)
+        return sub
 
     async def publish(self, subject: str, model: Message, msg_id: str) -> bool:
         """Publish durably; False when NATS is not available (the caller decides what that means)."""
@@ -136,3 +159,15 @@ class BusEvents:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._bus is not None:
             await self._bus.close()
+
+
+def router() -> NatsRouter:
+    """The API's live reader, declared alone (for the AsyncAPI document; each reader at run time is
+    a subscriber of its own, `EventSubscription`)."""
+    r = NatsRouter()
+
+    async def read(body: bytes) -> None:
+        raise RuntimeError("a router declared for the AsyncAPI document only is never served")
+
+    consumers.reader(r, consumers.API_EVENTS)(read)
+    return r

@@ -1,7 +1,7 @@
 """Read-only queries over the ledger for the API (the API never writes decisions).
 
-This module and adapters/overrides.py are the API's only Postgres users; rows leave as plain dicts
-with timestamps in ISO 8601 and jsonb columns decoded.
+This module and adapters/overrides.py run the API's Postgres queries (adapters/postgres.py makes the
+pool); rows leave as plain dicts with timestamps in ISO 8601 and jsonb columns decoded.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from relaunch.common.policies.model import IB_PAIRS
 from relaunch.common.schemas import AnomalyDetected
 
 WINDOW = dt.timedelta(minutes=15)
@@ -38,8 +39,6 @@ HISTORY_JOBS = 2
 CONSECUTIVE_BOOST = 0.2
 """Added to a suspect's confidence when the job's previous attempt implicated the node too."""
 CONSECUTIVE_MAX = 0.95
-IB_PAIRS = ("both", "one")
-"""ib_pair: an InfiniBand completion error names two hosts; suspect both ends, or one."""
 
 _IB_PEER = re.compile(r"Got completion from peer (?P<peer>[A-Za-z][\w.-]{0,62})<\d{1,5}>")
 _NCCL_PREFIX = re.compile(r"^(?:\[[^\]\n]{1,20}\]:? ?)?(?:\d{1,5}: )?"

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 
 from relaunch.common.schemas import AnomalyDetected
 
-FAULT_CLASSES = ("hardware", "infrastructure", "application", "resource", "scheduler", "unknown", "hang", "straggler")
-"""Failure classes that have their own restart budget: the fault domains, then hangs and stragglers."""
 
 
 def fault_class(anomaly: AnomalyDetected) -> str:

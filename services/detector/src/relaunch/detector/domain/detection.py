@@ -2,7 +2,7 @@
 
 One anomaly per job attempt: its id is `<cluster>.<job>.<attempt>.crash`, so a replay or a second
 detector publishing the same finding is deduplicated by JetStream and by the decider.
-The root cause comes from classifying.classify, the same code `relaunch classify` runs offline, so
+The root cause comes from relaunch.common.diagnosis.classifying, the same code `relaunch classify` runs offline, so
 the service and the command line always agree on what a log means.
 """
 
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from relaunch.common.diagnosis.classifying import Classification, classify
+from relaunch.common.diagnosis.scanning import Scanner, scanner_for
+from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine, JobObserved, LogBatch
-
-from .classifying import Classification, classify
-from .scanning import Scanner, scanner_for
-from .signatures import Catalogue
 
 
 _SCHEDULER_FALLBACK = {

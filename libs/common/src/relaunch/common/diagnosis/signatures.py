@@ -245,7 +245,7 @@ def _combine(parts: list[Catalogue], origin: str) -> Catalogue:
 
 @functools.cache
 def builtin_catalogue() -> Catalogue:
-    text = resources.files("relaunch.detector").joinpath("signatures.toml").read_text(encoding="utf-8")
+    text = resources.files("relaunch.common.diagnosis").joinpath("signatures.toml").read_text(encoding="utf-8")
     return parse_catalogue(text, "built-in signatures.toml")
 
 

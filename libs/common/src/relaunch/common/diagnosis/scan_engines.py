@@ -1,5 +1,5 @@
 """Which engine finds the lines worth matching: Hyperscan when it is installed and compiles the
-catalogue, else the pure-Python keyword finder. Both give the same results (domain/scanning.py); the
+catalogue, else the pure-Python keyword finder. Both give the same results (scanning.py); the
 choice only changes speed, so a failure to set up Hyperscan is a warning, never an error, unless the
 caller asked for Hyperscan by name.
 
@@ -17,10 +17,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from .domain import byte_patterns
-from .domain.byte_patterns import Untranslatable, superset_sources
-from .domain.scanning import Scanner, scanner_for
-from .domain.signatures import Catalogue
+from . import byte_patterns
+from .byte_patterns import Untranslatable, superset_sources
+from .scanning import Scanner, scanner_for
+from .signatures import Catalogue
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def scanner_with_engine(catalogue: Catalogue, engine: Engine = "auto") -> Scanne
         return scanner
     try:
         # Imported here: hyperscan is optional, and the import costs start-up time only when used.
-        from .adapters.hyperscan_engine import EngineError, line_finder
+        from .hyperscan_engine import EngineError, line_finder
     except (ImportError, OSError) as exc:  # OSError: the extension's shared library cannot load
         return _fallback(scanner, engine, f"hyperscan is not installed ({exc})")
     try:

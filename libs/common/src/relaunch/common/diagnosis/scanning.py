@@ -9,7 +9,7 @@ Invariants:
   match of a signature must contain (derived from the patterns, never hand-written), and a line is
   tried only against the signatures whose literals it holds;
 - a line finder (a multi-pattern engine over raw bytes, see byte_patterns and
-  adapters/hyperscan_engine) may pick the lines of a block worth matching in `scan_bytes`; it is
+  hyperscan_engine.py) may pick the lines of a block worth matching in `scan_bytes`; it is
   given byte supersets of the signatures, so it can only add lines, and every line it picks still
   gets the exact `match_line` above: the result is the same with or without it;
 - advice consumes a line and yields nothing: the classifier never needs it.
@@ -227,7 +227,7 @@ class Scanner:
         return PreparedBlock(block, block.count(b"\n") if spans is not None else -1, spans)
 
     def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
-        """Like `scan_text` over raw blocks that end at line ends (adapters/logfiles.iter_byte_blocks):
+        """Like `scan_text` over raw blocks that end at line ends (blocks.iter_byte_blocks):
         each line is cut at `max_line_bytes` and decoded as UTF-8 with replacement, as the text reader
         does. With a line finder, only the lines it picks are cut out and decoded: a healthy block costs
         one engine search and no per-line Python work."""

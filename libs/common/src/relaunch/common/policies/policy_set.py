@@ -1,5 +1,6 @@
 """The operator's policy file (validated whole, unknown keys are errors) and resolve(): a job's comment
 against it -> the job's effective Policy. Pure: the file arrives parsed (policy_file.py reads it).
+The decider resolves every job's policy with it, and `relaunch policy check` the same way, offline.
 
 Invariants:
 - a job never gets more than its named policy allows: every job option is checked against the
@@ -17,9 +18,7 @@ from typing import Any
 
 from relaunch.common.optin import POLICY_NAME, OptIn
 
-from .attribution import IB_PAIRS
-from .history import FAULT_CLASSES
-from .policy import Budgets, Policy
+from .model import FAULT_CLASSES, IB_PAIRS, Budgets, Policy
 
 FILE_VERSION = 1
 MAX_HANG_TIMEOUT = 7 * 86400

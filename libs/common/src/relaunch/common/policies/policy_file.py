@@ -7,7 +7,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from .domain.policies import PolicyFileError, PolicySet, parse_policies
+from .policy_set import PolicyFileError, PolicySet, parse_policies
 
 BUILTIN = "policies.toml"
 
@@ -22,7 +22,7 @@ def load_policies(path: str | Path | None = None) -> PolicySet:
             raise PolicyFileError(f"cannot read policy file {source}: {getattr(exc, 'strerror', None) or exc}") from exc
     else:
         source = f"built-in {BUILTIN}"
-        text = resources.files("relaunch.decider").joinpath(BUILTIN).read_text(encoding="utf-8")
+        text = resources.files("relaunch.common.policies").joinpath(BUILTIN).read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

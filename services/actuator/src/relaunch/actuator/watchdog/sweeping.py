@@ -1,9 +1,9 @@
-"""The fail-open watchdog: a separate process that releases jobs relaunch put on hold when no live
-actuator has advanced their Advice for `bound_s`, so an outage of relaunch never strands a job.
+"""The watchdog's sweep: release a job relaunch put on hold when no live actuator has advanced its
+Advice for `bound_s`, so an outage of relaunch never strands a job.
 
 It only ever touches jobs in the hold registry (written by the actuator before each requeuehold),
 and only while Slurm still shows them held after a requeue (restart counter past the attempt the
-Advice was about). It has its own observe/act modes. Run: python -m relaunch.actuator.watchdog
+Advice was about). In observe mode it records what it would release and releases nothing.
 """
 
 from __future__ import annotations
@@ -11,37 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import ClassVar, Literal
-
-from pydantic_settings import SettingsConfigDict
 
 from relaunch.common import subjects
-from relaunch.common.bus import Bus, utcnow
+from relaunch.common.connection import Bus
+from relaunch.common.outcomes import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, ServiceSettings, load_settings, require_backends
 
-from .adapters.coordination import Hold, HoldRegistry
-from .adapters.slurm import Slurm
+from ..adapters.coordination import Hold, HoldRegistry
+from ..adapters.slurm import Slurm
 
 log = logging.getLogger(__name__)
-
-
-class WatchdogSettings(ServiceSettings):
-    """RELAUNCH_WATCHDOG_* environment variables."""
-
-    model_config = SettingsConfigDict(env_prefix="RELAUNCH_WATCHDOG_", extra="forbid", frozen=True)
-    backends: ClassVar[tuple[str, ...]] = ("nats_url",)
-    """NATS only (the hold registry); Slurm through SLURM_CONF."""
-
-    mode: Literal["act", "observe"] = "act"
-    """act: release stranded jobs; observe: record what it would release."""
-    bound_s: float = 60.0
-    """A held job whose Advice no actuator touched for this long is released."""
-    interval_s: float = 5.0
-    """How often the hold registry is checked."""
 
 
 class Watchdog:
@@ -86,25 +66,3 @@ class Watchdog:
         entry = AuditEntry(cluster=hold.cluster, job_id=hold.job_id, service="watchdog", action=action,
                            detail=detail, idempotency_key=key, at=utcnow())
         await self.bus.publish(subjects.event_audit(hold.cluster, hold.job_id), entry, msg_id=key)
-
-
-async def amain() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(WatchdogSettings)
-    require_backends(common, WatchdogSettings)
-    setup_logging("watchdog", common.log_level)
-    setup_tracing("watchdog", common.otlp_endpoint, common.trace_file)
-    bus = await Bus.connect(common.nats_url, "watchdog")
-    watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
-    log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)
-    await run_service("watchdog", settings.health_port, {"nats": lambda: bus.connected},
-                      lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close,
-                      health_host=common.health_host)
-
-
-def main() -> None:
-    asyncio.run(amain())
-
-
-if __name__ == "__main__":
-    main()

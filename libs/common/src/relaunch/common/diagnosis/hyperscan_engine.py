@@ -1,6 +1,6 @@
 """Hyperscan as the scanner's line finder: the only importer of `hyperscan`.
 
-One block-mode database holds the byte supersets of the catalogue's patterns (domain/byte_patterns);
+One block-mode database holds the byte supersets of the catalogue's patterns (byte_patterns.py);
 a scan of a block reports where they end, and each end names the line that holds it. Those lines go to
 the exact Python match (Scanner.scan_bytes), so Hyperscan only decides which lines are worth it.
 

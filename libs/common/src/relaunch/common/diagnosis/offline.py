@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, TypeVar
 
-from .adapters.logfiles import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks
-from .domain.classifying import Classification, classify
-from .domain.scanning import Scanner
-from .domain.signatures import load_catalogue
+from .blocks import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks
+from .classifying import Classification, classify
+from .scanning import Scanner
+from .signatures import load_catalogue
 from .scan_engines import Engine, scanner_with_engine
 
 T = TypeVar("T")

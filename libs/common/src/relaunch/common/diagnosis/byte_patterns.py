@@ -1,5 +1,5 @@
 """Byte-level supersets of the catalogue's patterns, for a multi-pattern engine that scans raw bytes
-(Hyperscan, adapters/hyperscan_engine.py). Pure.
+(Hyperscan, hyperscan_engine.py). Pure.
 
 `superset_source(pattern)` writes a regular expression (PCRE syntax, as Hyperscan reads it, to be
 compiled with its MULTILINE flag and no others) that matches the UTF-8 bytes of every line the Python

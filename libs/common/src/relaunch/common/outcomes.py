@@ -1,0 +1,198 @@
+"""How a handler's outcome becomes an acknowledgement: written once, used by every consumer (the
+FastStream subscribers through `OutcomeMiddleware`, the ingest engine through `settle`).
+docs/architecture.md, "Errors":
+
+  handler returns         -> ack
+  TemporaryError(delay)   -> nak(delay)                       (look again later)
+  PermanentError, or a body that does not validate -> DLQ entry with the reason, then term()
+  any other exception     -> nak with back-off; dead-lettered on its last allowed delivery
+
+FastStream's own ack policy would term() a message whose handler raised something unexpected (and
+lose it): relaunch's subscribers run with `AckPolicy.MANUAL`, and this middleware settles them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from faststream import BaseMiddleware
+from nats.aio.msg import Msg
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from . import subjects, telemetry
+from .errors import PermanentError, TemporaryError
+from .lanes import KeyedLanes, Turn
+from .schemas import Message
+
+if TYPE_CHECKING:
+    from .connection import Bus
+    from .consumers import Consumer
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+CONSUMED = Counter(
+    "relaunch_messages_consumed_total", "Messages taken from a durable consumer, by outcome",
+    ["service", "consumer", "outcome"],
+)
+DEAD_LETTERS = Counter("relaunch_dead_letters_total", "Messages sent to the DLQ", ["service", "consumer"])
+
+MAX_BODY_BYTES = 1024 * 1024
+"""A body larger than this is dead-lettered unparsed (NATS' default max_payload; a server configured
+with a larger one does not make the services parse more)."""
+BUG_DELIVERIES = 20
+"""Deliveries after which a message whose handler keeps raising an unexpected error is dead-lettered,
+for consumers with unbounded max_deliver."""
+
+
+class Delivery(NamedTuple):
+    """What a handler may know about the message besides its body. (A NamedTuple: one is made for every
+    message, and a frozen dataclass costs four times as much to make.)"""
+
+    subject: str
+    num_delivered: int
+    stream_seq: int
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def delivery_of(msg: Msg) -> Delivery:
+    """The message's Delivery, read off its reply subject ($JS.ACK.<stream>.<consumer>.<delivered>.
+    <stream seq>.<consumer seq>.<time>.<pending>): msg.metadata parses all of it, dates too."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return Delivery(subject=msg.subject, num_delivered=int(tokens[4]), stream_seq=int(tokens[5]))
+    meta = msg.metadata  # the longer form, with a domain and an account hash
+    return Delivery(subject=msg.subject, num_delivered=meta.num_delivered, stream_seq=meta.sequence.stream)
+
+
+def durable_of(msg: Msg) -> str | None:
+    """The durable consumer that delivered `msg` ($JS.ACK.<stream>.<durable>...), None for a core message."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    return tokens[3] if len(tokens) == 9 else tokens[5] if len(tokens) >= 12 else None
+
+
+def parse_body(model: type[M], data: bytes) -> M:
+    """The message `data` holds, or PermanentError saying why it is none (oversized, not JSON, wrong
+    schema version, unknown field, wrong type): what every consumer dead-letters."""
+    if len(data) > MAX_BODY_BYTES:
+        raise PermanentError(f"oversized: {len(data)} bytes > {MAX_BODY_BYTES}, not parsed")
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise PermanentError(f"not a valid {model.__name__}: {_short(exc)}") from exc
+
+
+def _short(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<body>'}: {e['msg']}" for e in exc.errors()[:5])
+
+
+async def settle(bus: Bus, spec: subjects.ConsumerSpec, msg: Msg, exc: Exception) -> str:
+    """Nak, dead-letter or retry a message whose handling met `exc`; returns the outcome for metrics."""
+    meta = msg.metadata
+    dlq_id = f"{spec.stream.name}.{spec.durable}.{meta.sequence.stream}"
+    if isinstance(exc, TemporaryError):
+        delay = exc.delay_for(meta.num_delivered)
+        log.debug("%s: look again in %.1fs: %s", spec.durable, delay, exc)
+        await msg.nak(delay=delay)
+        return "nak"
+    if isinstance(exc, PermanentError):
+        log.warning("%s: dead-lettering message on %s: %s", spec.durable, msg.subject, exc)
+        await bus.dead_letter(msg.subject, str(exc), msg.data, dlq_id)
+        DEAD_LETTERS.labels(bus.service, spec.durable).inc()
+        await msg.term()
+        return "dlq"
+    # A bug or an outage we did not classify: never lose the message.
+    last = spec.max_deliver if spec.max_deliver > 0 else BUG_DELIVERIES
+    if meta.num_delivered >= last:
+        log.error("%s: giving up on message after %d deliveries", spec.durable, meta.num_delivered, exc_info=exc)
+        await bus.dead_letter(msg.subject, f"handler kept failing: {type(exc).__name__}: {exc}", msg.data, dlq_id)
+        DEAD_LETTERS.labels(bus.service, spec.durable).inc()
+        await msg.term()
+        return "dlq"
+    log.error("%s: handler failed (delivery %d); retrying", spec.durable, meta.num_delivered, exc_info=exc)
+    await msg.nak(delay=min(2.0 ** meta.num_delivered * 0.25, 30.0))
+    return "error"
+
+
+class OutcomeMiddleware:
+    """The broker middleware of every relaunch service (`Bus.connect` installs it). It knows each
+    declared consumer by durable name (`register`), and for each message of one:
+    - takes the message's turn in the consumer's lanes when the message arrives (one job's messages
+      one after another in stream order, different jobs' at once; or all in order, as declared),
+    - runs the handler inside a consumer span that continues the publisher's trace,
+    - settles the message as the module says and counts the outcome.
+    Messages of anything else (a core request, an ordered consumer's push) pass through untouched."""
+
+    def __init__(self, bus: Bus | None = None) -> None:
+        self.bus = bus  # set by Bus.connect once the connection is up
+        self.consumers: dict[str, tuple[Consumer, KeyedLanes]] = {}
+
+    def register(self, consumer: Consumer) -> None:
+        self.consumers[consumer.spec.durable] = (consumer, KeyedLanes())
+
+    def __call__(self, msg: Any, /, *, context: Any) -> BaseMiddleware:
+        return _Outcome(msg, context=context, outcomes=self)
+
+
+class _Outcome(BaseMiddleware):
+    __slots__ = ("outcomes", "consumer", "turn", "span", "_otel")
+
+    def __init__(self, msg: Any, /, *, context: Any, outcomes: OutcomeMiddleware) -> None:
+        super().__init__(msg, context=context)
+        self.outcomes = outcomes
+        self.consumer: Consumer | None = None
+        self.turn: Turn | None = None
+        self.span: contextlib.ExitStack | None = None
+        durable = durable_of(msg) if isinstance(msg, Msg) else None
+        known = outcomes.consumers.get(durable) if durable else None
+        if known is not None:
+            # The turn is taken here, synchronously, as FastStream starts the message's task: turns
+            # are then queued in the order the fetch returned the messages (stream order).
+            self.consumer, lanes = known
+            self.turn = lanes.turn(msg.subject if self.consumer.per_subject else "")
+
+    async def on_receive(self) -> None:
+        if self.turn is None:
+            return
+        await self.turn.wait()
+        msg = self.msg
+        self.span = contextlib.ExitStack()
+        span = self.span.enter_context(telemetry.consumer_span(
+            f"{self.consumer.spec.durable} {self.consumer.model.__name__}", msg.headers, msg.subject))
+        self._otel = span
+
+    async def after_processed(self, exc_type=None, exc_val=None, exc_tb=None) -> bool | None:
+        if self.turn is None:
+            return False
+        try:
+            if exc_val is not None and not isinstance(exc_val, Exception):
+                return False  # cancelled (a stop): unacked, so redelivered to the next replica
+            spec = self.consumer.spec
+            try:
+                if exc_val is None:
+                    await self.msg.ack()
+                    outcome = "ack"
+                else:
+                    outcome = await settle(self.outcomes.bus, spec, self.msg, exc_val)
+            except Exception as exc:  # noqa: BLE001 - the connection went: NATS redelivers after ack_wait
+                log.warning("%s: could not settle a message: %s", spec.durable, exc)
+                outcome = "error"
+            CONSUMED.labels(self.outcomes.bus.service, spec.durable, outcome).inc()
+            if self.span is not None:
+                self._otel.set_attribute("relaunch.outcome", outcome)
+            return True
+        finally:
+            if self.span is not None:
+                self.span.close()
+            self.turn.leave()

@@ -1,0 +1,103 @@
+"""Running a declared consumer's FastStream subscriber on a service's broker, and the Delivery its
+handler may ask for. Services declare their routers with `consumers.subscriber`; `consume` is the
+same for one consumer at a time, with a switch for a standby (the actuator without its lease)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from faststream.nats import NatsRouter
+from faststream.nats.annotations import NatsMessage
+
+from . import consumers
+from .connection import Bus
+from .ingest import ensure_durable
+from .outcomes import Delivery, M, delivery_of
+from .schemas import Message, dump
+
+
+def delivery(msg: NatsMessage) -> Delivery:
+    """The Delivery of the message a FastStream handler got (declare `msg: NatsMessage`)."""
+    return delivery_of(msg.raw_message)
+
+
+def route(router: NatsRouter, consumer: consumers.Consumer,
+          handler: Callable[[M, Delivery], Awaitable[None]] | None = None, inbox_prefix: str = "_INBOX") -> None:
+    """Declare `consumer` on `router`, calling `handler(body, delivery)` for each message. Without a
+    handler, the declaration alone: a router for the AsyncAPI document (scripts/asyncapi.py), never
+    served; the ingest engine's consumers are declared there too, though FastStream never pulls them."""
+    model = consumer.model
+    if handler is None:
+        handler = _declared_only
+
+    async def handle(body, msg):
+        await handler(body, delivery_of(msg.raw_message))
+
+    # Set here, not written in the signature: annotations are strings in this module, and FastStream
+    # reads them to validate the body and to inject the message.
+    handle.__annotations__ = {"body": model, "msg": NatsMessage, "return": None}
+    handle.__name__ = handle.__qualname__ = consumer.spec.durable.replace("-", "_")
+    consumers.subscriber(router, consumer, inbox_prefix, document_only=handler is _declared_only)(handle)
+
+
+def answer(router: NatsRouter, declared: consumers.Responder, handler: Callable[[bytes], Message] | None = None,
+           **params: str) -> None:
+    """Declare the responder `declared` on `router` for the subject `params` make, answering each
+    request with `handler(body)` (the raw body: an invalid one is answered too, with the reason).
+    Without a handler or params, the declaration alone on the templated subject (for the document)."""
+    if handler is None:
+        handler = _declared_only
+
+    async def handle(body):
+        return dump(handler(body))
+
+    handle.__annotations__ = {"body": bytes, "return": bytes}
+    handle.__name__ = handle.__qualname__ = f"answer_{declared.request.__name__}"
+    consumers.responder(router, declared, **params)(handle)
+
+
+def _declared_only(*_args):
+    raise RuntimeError("a router declared for the AsyncAPI document only is never served")
+
+
+async def serve(bus: Bus, router: NatsRouter, declared: tuple[consumers.Consumer, ...]) -> None:
+    """Create (or update) the declared durables, then start `router`'s subscribers on `bus`."""
+    for consumer in declared:
+        await ensure_durable(bus, consumer)
+        bus.outcomes.register(consumer)
+    await bus.serve(router)
+
+
+async def consume(bus: Bus, consumer: consumers.Consumer, handler: Callable[[M, Delivery], Awaitable[None]],
+                  stop: asyncio.Event, *, active: Callable[[], bool] | None = None) -> None:
+    """One consumer's subscriber until `stop` is set. `active`: when given, the subscriber runs only
+    while it is true (a standby without the lease fetches nothing)."""
+    if not await ensure_durable(bus, consumer, stop):
+        return
+    bus.outcomes.register(consumer)
+    router = NatsRouter()
+    route(router, consumer, handler, bus.inbox_prefix)
+    bus.broker.include_router(router)
+    subs = list(router.subscribers)
+    running = False
+    try:
+        while not stop.is_set():
+            want = active is None or active()
+            if want and not running:
+                for sub in subs:
+                    await sub.start()
+                running = True
+            elif running and not want:
+                for sub in subs:
+                    await sub.stop()
+                running = False
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=0.2)
+            except TimeoutError:
+                pass
+    finally:
+        if running:
+            for sub in subs:
+                await sub.stop()
+
