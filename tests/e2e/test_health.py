@@ -13,7 +13,7 @@ BASE = int(os.environ.get("RELAUNCH_TEST_PORT_BASE", "24000"))  # the test stack
 @pytest.mark.parametrize("name,port", [
     ("detector", BASE + 91), ("decider", BASE + 92), ("actuator", BASE + 93),
     ("gpu-probe-node1", BASE + 94), ("gpu-probe-node4", BASE + 97), ("api", BASE + 80),
-])
+], ids=["detector", "decider", "actuator", "gpu-probe-node1", "gpu-probe-node4", "api"])  # same ids on every release
 def test_service_is_healthy(services, name, port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
         body = json.load(resp)
