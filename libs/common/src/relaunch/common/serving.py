@@ -14,6 +14,7 @@ from . import consumers
 from .connection import Bus
 from .ingest import ensure_durable
 from .outcomes import Delivery, M, delivery_of
+from .periodic import every
 from .schemas import Message, dump
 
 
@@ -81,21 +82,21 @@ async def consume(bus: Bus, consumer: consumers.Consumer, handler: Callable[[M, 
     bus.broker.include_router(router)
     subs = list(router.subscribers)
     running = False
+
+    async def follow_active() -> None:
+        nonlocal running
+        want = active is None or active()
+        if want and not running:
+            for sub in subs:
+                await sub.start()
+            running = True
+        elif running and not want:
+            for sub in subs:
+                await sub.stop()
+            running = False
+
     try:
-        while not stop.is_set():
-            want = active is None or active()
-            if want and not running:
-                for sub in subs:
-                    await sub.start()
-                running = True
-            elif running and not want:
-                for sub in subs:
-                    await sub.stop()
-                running = False
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=0.2)
-            except TimeoutError:
-                pass
+        await every(0.2, follow_active, stop)
     finally:
         if running:
             for sub in subs:

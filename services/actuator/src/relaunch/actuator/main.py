@@ -10,6 +10,7 @@ import socket
 
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
+from relaunch.common.periodic import every
 from relaunch.common.serving import consume
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
@@ -43,9 +44,7 @@ async def amain() -> None:
              ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 
     async def watch_redis(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await limit.ping()
-            await asyncio.sleep(2)
+        await every(2, limit.ping, stop)
 
     def tasks(stop: asyncio.Event):
         return [

@@ -35,6 +35,7 @@ from relaunch.common.outcomes import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import JobObserved
 
 from .adapters.slurm import AccountingDisabled, Slurm
@@ -92,24 +93,22 @@ class Observer:
         self.slurm_version: str | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                if self.slurm_version is None:
-                    await self._learn_version()
-                if self.active():
-                    await self.poll_once()
-                else:
-                    self._last.clear()  # a standby re-publishes what it sees once it leads
-                    self._last_ok = None  # ... and sweeps accounting for what it missed meanwhile
-            except (TemporaryError, PermanentError) as exc:
-                log.warning("observer: %s", exc)
-            except Exception:  # noqa: BLE001  (never the end of the loop, nor of the actuator: look again)
-                POLL_ERRORS.inc()
-                log.exception("observer: unexpected error in a poll; polling again in %.1f s", self.interval_s)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
+        await every(self.interval_s, self._look, stop,
+                    on_error=warn_on(log, "observer: %s", (TemporaryError, PermanentError), otherwise=self._crashed))
+
+    async def _look(self) -> None:
+        if self.slurm_version is None:
+            await self._learn_version()
+        if self.active():
+            await self.poll_once()
+        else:
+            self._last.clear()  # a standby re-publishes what it sees once it leads
+            self._last_ok = None  # ... and sweeps accounting for what it missed meanwhile
+
+    def _crashed(self, exc: Exception) -> None:
+        """Never the end of the loop, nor of the actuator: count it and look again."""
+        POLL_ERRORS.inc()
+        log.error("observer: unexpected error in a poll; polling again in %.1f s", self.interval_s, exc_info=exc)
 
     async def poll_once(self) -> None:
         started = utcnow()

@@ -7,6 +7,7 @@ import logging
 
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
+from relaunch.common.periodic import every
 from relaunch.common.serving import serve
 from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicyFileError
@@ -43,9 +44,9 @@ async def amain() -> None:
     db = Reachability("Postgres (RELAUNCH_DATABASE_URL, the ledger)", common.database_url)
 
     async def watch_db(stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def check() -> None:
             db.record(await ledger.ping())
-            await asyncio.sleep(2)
+        await every(2, check, stop)
 
     await serve(bus, router(decider, bus.inbox_prefix), consumers.of("decider"))
 

@@ -11,8 +11,8 @@ import asyncio
 import logging
 
 from relaunch.common.connection import Bus
-from relaunch.common.errors import TemporaryError
 from relaunch.common.lanes import KeyedLanes
+from relaunch.common.periodic import every, warn_on
 
 from .adapters.ledger import Ledger
 
@@ -57,13 +57,6 @@ class OutboxPublisher:
         return len(sent)
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            self._kick.clear()
-            try:
-                await self.publish_pending()
-            except (TemporaryError, OSError, Exception) as exc:  # keep going: rows stay unpublished
-                log.warning("outbox: publish pass failed, will retry: %s", exc)
-            try:
-                await asyncio.wait_for(self._kick.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
+        # Keep going whatever fails: the rows stay unpublished and the next pass sends them.
+        await every(self.interval_s, self.publish_pending, stop, wake=self._kick,
+                    on_error=warn_on(log, "outbox: publish pass failed, will retry: %s", (Exception,)))

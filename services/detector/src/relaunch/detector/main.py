@@ -7,6 +7,7 @@ import gc
 
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
+from relaunch.common.periodic import every
 from relaunch.common.ingest import consume_batch, consume_each, handled_until
 from relaunch.common.serving import serve
 from relaunch.common.diagnosis.signatures import load_catalogue
@@ -51,9 +52,9 @@ async def amain() -> None:
     redis = Reachability("Redis (RELAUNCH_REDIS_URL, the detector's hot state)", common.redis_url)
 
     async def watch_redis(stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def check() -> None:
             redis.record(await state.ping())
-            await asyncio.sleep(2)
+        await every(2, check, stop)
 
     # Job observations on FastStream (the router); log batches and progress on the ingest engine.
     await serve(bus, router(detector, bus.inbox_prefix), (consumers.DETECTOR_JOBS,))

@@ -25,6 +25,7 @@ from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery
 from relaunch.common.errors import TemporaryError
 from relaunch.common.job_states import FINAL_STATES
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import JobObserved
 
 from .adapters.hotstate import HotState
@@ -35,30 +36,30 @@ CHECK_S = 2.0
 """How often the marker is checked (a Redis EXISTS)."""
 
 
+def _rebuild_crashed(exc: Exception) -> None:
+    """Never take the detector down for a failed rebuild: the next pass tries again."""
+    log.error("hot state rebuild failed (will retry)", exc_info=exc)
+
+
 class HotStateRebuilder:
     def __init__(self, bus: Bus, state: HotState, cluster: str, on_job, check_s: float = CHECK_S) -> None:
         """`on_job`: the detector's JobObserved handler, replayed for each job still in progress."""
         self.bus, self.state, self.cluster, self.on_job, self.check_s = bus, state, cluster, on_job, check_s
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        await every(self.check_s, self.check_once, stop, on_error=warn_on(
+            log, "hot state rebuild: %s (will retry)", (TemporaryError, TimeoutError), otherwise=_rebuild_crashed))
+
+    async def check_once(self) -> None:
+        """Rebuild the hot state if this replica claims the rebuild (Redis lost it)."""
+        if await self.state.claim_rebuild(self.cluster):
             try:
-                if await self.state.claim_rebuild(self.cluster):
-                    try:
-                        count = await self.rebuild()
-                    except BaseException:
-                        await self.state.release_rebuild(self.cluster)
-                        raise
-                    log.info("hot state: followed %d jobs again from the last observations in %s",
-                             count, subjects.SIGNALS.name)
-            except (TemporaryError, TimeoutError) as exc:
-                log.warning("hot state rebuild: %s (will retry)", exc)
-            except Exception:  # never take the detector down for this: the next pass tries again
-                log.exception("hot state rebuild failed (will retry)")
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.check_s)
-            except TimeoutError:
-                pass
+                count = await self.rebuild()
+            except BaseException:
+                await self.state.release_rebuild(self.cluster)
+                raise
+            log.info("hot state: followed %d jobs again from the last observations in %s",
+                     count, subjects.SIGNALS.name)
 
     async def rebuild(self) -> int:
         """Replay the newest JobObserved of every job of this cluster whose attempt is not over."""

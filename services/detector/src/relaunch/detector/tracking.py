@@ -24,6 +24,7 @@ from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.lanes import KeyedLanes
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
 from .adapters.hotstate import HELD, HotState, parse_nodes
@@ -210,19 +211,14 @@ class ProgressTracker:
 
     # -- outputs --------------------------------------------------------------------------------
     async def sweep(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                now = utcnow()
-                horizon = None
-                if self.handled_until is not None:
-                    horizon = dt.datetime.fromtimestamp(await self.handled_until(now.timestamp()), dt.UTC)
-                await self.sweep_once(now, horizon)
-            except TemporaryError as exc:
-                log.warning("hang sweep: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.sweep_s)
-            except TimeoutError:
-                pass
+        await every(self.sweep_s, self._sweep_now, stop, on_error=warn_on(log, "hang sweep: %s"))
+
+    async def _sweep_now(self) -> None:
+        now = utcnow()
+        horizon = None
+        if self.handled_until is not None:
+            horizon = dt.datetime.fromtimestamp(await self.handled_until(now.timestamp()), dt.UTC)
+        await self.sweep_once(now, horizon)
 
     async def sweep_once(self, now: dt.datetime, horizon: dt.datetime | None = None) -> None:
         """Declare the hangs due by `horizon` (default `now`): the time up to which every progress

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import utcnow
+from relaunch.common.periodic import every, pause
 from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth
 
 from .domain.classification import Rules, classify
@@ -45,6 +46,12 @@ MIN_GAP_S = 0.2
 """Least time between two immediate (XID or injection) publications: an XID storm is coalesced into
 a few messages instead of one per event; the interval heartbeat is unaffected."""
 _PRIORITY = {"interval": 0, "inject": 1, "xid": 2}
+
+
+def _xid_wait_failed(exc: Exception) -> float:
+    """Never let the XID watcher die (the interval samples go on regardless): wait a second, go on."""
+    log.error("waiting for XID events failed", exc_info=exc)
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -78,21 +85,17 @@ class Probe:
 
     async def publish_loop(self, stop: asyncio.Event) -> None:
         trigger = "start"
-        while not stop.is_set():
+
+        async def publish_then_wait() -> None:  # the wait is in the pass: it decides the next trigger
+            nonlocal trigger
             started = time.monotonic()
             await self.publish_once(trigger)
             trigger = await self._next_trigger(stop, started)
 
+        await every(0, publish_then_wait, stop)
+
     async def _next_trigger(self, stop: asyncio.Event, started: float) -> str:
-        deadline = started + self.config.interval_s
-        stopper = asyncio.ensure_future(stop.wait())
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait([stopper, waker], timeout=max(deadline - time.monotonic(), 0),
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            waker.cancel()
+        await pause(stop, started + self.config.interval_s - time.monotonic(), wake=self._wake)
         if not self._wake.is_set():
             return "interval"
         await asyncio.sleep(max(started + MIN_GAP_S - time.monotonic(), 0))
@@ -141,16 +144,13 @@ class Probe:
     # -- XIDs -----------------------------------------------------------------------------------
 
     async def watch_xids(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                # Bounded wait in a thread, so stopping never waits longer than event_wait_s.
-                events = await asyncio.to_thread(self.backend.wait_xids, self.config.event_wait_s)
-            except Exception:  # never let the watcher die: the interval samples go on regardless
-                log.exception("waiting for XID events failed")
-                await asyncio.sleep(1.0)
-                continue
-            if events:
-                self.record_xids(events)
+        await every(0, self._wait_xids, stop, on_error=_xid_wait_failed)
+
+    async def _wait_xids(self) -> None:
+        # Bounded wait in a thread, so stopping never waits longer than event_wait_s.
+        events = await asyncio.to_thread(self.backend.wait_xids, self.config.event_wait_s)
+        if events:
+            self.record_xids(events)
 
     def record_xids(self, events: list[XidEvent]) -> None:
         """Remember XIDs the backend reported and publish at once."""

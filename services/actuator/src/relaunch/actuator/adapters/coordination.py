@@ -26,6 +26,8 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from relaunch.common.periodic import every
+
 log = logging.getLogger(__name__)
 
 LEASE_BUCKET = "relaunch-leases"
@@ -57,12 +59,7 @@ class Lease:
     async def run(self, stop: asyncio.Event) -> None:
         self._kv = await _bucket(self.js, KeyValueConfig(bucket=LEASE_BUCKET, ttl=self.ttl_s, history=1,
                                                          storage=StorageType.FILE))
-        while not stop.is_set():
-            await self.tick()
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.renew_s)
-            except TimeoutError:
-                pass
+        await every(self.renew_s, self.tick, stop)
         if self.is_leader:  # step down at once so a standby need not wait for the TTL
             try:
                 await self._kv.delete(self.key, last=self._revision)

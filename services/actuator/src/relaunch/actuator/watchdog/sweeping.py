@@ -15,6 +15,7 @@ import time
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import utcnow
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
 
@@ -29,15 +30,8 @@ class Watchdog:
         self.bus, self.slurm, self.holds, self.mode, self.bound_s = bus, slurm, holds, mode, bound_s
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
-        while not stop.is_set():
-            try:
-                await self.sweep(time.time())
-            except (TemporaryError, PermanentError) as exc:
-                log.warning("watchdog: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except TimeoutError:
-                pass
+        await every(interval_s, lambda: self.sweep(time.time()), stop,
+                    on_error=warn_on(log, "watchdog: %s", (TemporaryError, PermanentError)))
 
     async def sweep(self, now: float) -> list[str]:
         """Release (or, in observe mode, report) every stale hold; returns the job ids acted on."""

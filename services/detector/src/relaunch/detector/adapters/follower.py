@@ -11,7 +11,7 @@ import logging
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import utcnow
-from relaunch.common.errors import TemporaryError
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import LogBatch
 
 from ..metrics import LINES
@@ -68,15 +68,7 @@ class Follower:
         self._full_at = float("-inf")
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.pass_once()
-            except TemporaryError as exc:
-                log.warning("follower: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
+        await every(self.interval_s, self.pass_once, stop, on_error=warn_on(log, "follower: %s"))
 
     async def pass_once(self, everything: bool = False) -> None:
         """Read every followed job whose files changed size since this process last read them (only
