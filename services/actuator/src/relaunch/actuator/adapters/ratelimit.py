@@ -11,10 +11,10 @@ at WARNING and reports not-ready until Redis answers again.
 from __future__ import annotations
 
 from redis import asyncio as aioredis
-from redis import exceptions as redis_errors
 
 from relaunch.common.errors import TemporaryError
 from relaunch.common.health import Reachability
+from relaunch.common.redis_outage import DOWN, redis_outage
 
 _TAKE = """
 local rate = tonumber(ARGV[1])
@@ -50,11 +50,9 @@ class ActionRateLimit:
 
     async def take(self) -> None:
         """Take one action token, or raise TemporaryError with the wait until the next one."""
-        try:
+        with redis_outage("rate limiter (Redis)", delay=2.0, backoff=False, also=lambda exc: self.redis.failed(
+                f"{exc}; no requeue or cancel can be taken until it answers")):
             allowed, wait = await self._take(keys=[self.key], args=[self.rate, self.burst])
-        except (redis_errors.RedisError, OSError) as exc:
-            self.redis.failed(f"{exc}; no requeue or cancel can be taken until it answers")
-            raise TemporaryError(f"rate limiter (Redis) unavailable: {exc}", delay=2.0) from exc
         self.redis.succeeded()
         if int(allowed) != 1:
             raise TemporaryError(f"cluster-wide action rate limit reached ({self.rate * 60:g}/min)",
@@ -64,7 +62,7 @@ class ActionRateLimit:
         """Whether Redis answers (and `redis` updated, as take() does)."""
         try:
             return self.redis.record(bool(await self.r.ping()))
-        except (redis_errors.RedisError, OSError) as exc:
+        except DOWN as exc:
             return self.redis.record(False, exc)
 
     async def close(self) -> None:

@@ -10,6 +10,8 @@ import logging
 
 import asyncpg
 
+from relaunch.common.postgres_outage import DOWN as POSTGRES_DOWN
+
 log = logging.getLogger(__name__)
 
 POSTGRES_WAIT_S = 60
@@ -17,9 +19,9 @@ POSTGRES_WAIT_S = 60
 
 SCHEMA_TOO_OLD: type[Exception] = asyncpg.exceptions.UndefinedTableError
 """A table this API reads is missing: the decider, which applies the migrations, has not run yet."""
-UNAVAILABLE: tuple[type[Exception], ...] = (asyncpg.exceptions.PostgresError, asyncpg.exceptions.InterfaceError,
-                                            OSError, TimeoutError)
-"""Postgres is down, unreachable or refusing: the ledger is unavailable for now."""
+UNAVAILABLE: tuple[type[Exception], ...] = POSTGRES_DOWN
+"""Postgres is down, unreachable or refusing: the ledger is unavailable for now (the one list shared
+with the decider, relaunch.common.postgres_outage)."""
 
 
 async def create_pool(database_url: str, wait_s: int = POSTGRES_WAIT_S) -> asyncpg.Pool:
@@ -27,7 +29,7 @@ async def create_pool(database_url: str, wait_s: int = POSTGRES_WAIT_S) -> async
     for _ in range(wait_s):
         try:
             return await asyncpg.create_pool(database_url, min_size=1, max_size=5, command_timeout=10)
-        except (OSError, asyncpg.exceptions.PostgresError) as exc:
+        except POSTGRES_DOWN as exc:
             log.warning("waiting for Postgres: %s", exc)
             await asyncio.sleep(1)
     raise RuntimeError(f"Postgres at {database_url} is not reachable (RELAUNCH_DATABASE_URL)")

@@ -21,6 +21,8 @@ import asyncpg
 from relaunch.common import job_states, telemetry
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
+from relaunch.common.postgres_outage import DOWN as POSTGRES_DOWN
+from relaunch.common.postgres_outage import postgres_outage
 from relaunch.common.schemas import (
     Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus, dump,
 )
@@ -39,12 +41,6 @@ MIGRATION_LOCK = 7_341_001
 
 FINAL_STATES = job_states.FINAL_STATES | {"REQUEUED"}
 """Attempt states that say the attempt has ended (REQUEUED: this ledger's mark of an attempt Slurm restarted)."""
-
-_UNAVAILABLE = (OSError, asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                asyncpg.exceptions.InterfaceError, asyncpg.exceptions.TooManyConnectionsError,
-                asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.SerializationError,
-                asyncpg.exceptions.DeadlockDetectedError, TimeoutError)
-
 
 def migrations() -> list[tuple[int, str]]:
     folder = resources.files("relaunch.decider").joinpath("migrations")
@@ -66,7 +62,7 @@ class Ledger:
             try:
                 pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, command_timeout=10)
                 return cls(pool)
-            except _UNAVAILABLE as exc:
+            except POSTGRES_DOWN as exc:
                 if asyncio.get_running_loop().time() > deadline:
                     raise TemporaryError(f"Postgres at {dsn} is not reachable: {exc}") from exc
                 log.warning("waiting for Postgres: %s", exc)
@@ -104,15 +100,13 @@ class Ledger:
     @asynccontextmanager
     async def job_tx(self, cluster: str, job_id: str) -> AsyncIterator[JobTx]:
         """A transaction holding the job's row lock (the row is created if missing)."""
-        try:
+        with postgres_outage():
             async with self.pool.acquire() as conn, conn.transaction():
                 await conn.execute("INSERT INTO jobs (cluster, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                                    cluster, job_id)
                 row = await conn.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE",
                                           cluster, job_id)
                 yield JobTx(conn, cluster, job_id, dict(row))
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
         """`policy` is the job's effective policy, resolved from its comment by the caller. Invalid
@@ -181,21 +175,19 @@ class Ledger:
             )
 
     async def record_audit(self, entry: AuditEntry) -> None:
-        try:
+        with postgres_outage():
             await self.pool.execute(
                 """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
                    VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (idempotency_key) DO NOTHING""",
                 entry.cluster, entry.job_id, entry.service, entry.action, entry.detail, entry.idempotency_key,
                 entry.at,
             )
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def record_node_health(self, health: NodeHealth) -> None:
         """The latest reading per node; every non-healthy one is also kept as history."""
         reasons = json.dumps(health.reasons)
         xids = json.dumps([x.model_dump(mode="json") for x in health.xids])
-        try:
+        with postgres_outage():
             async with self.pool.acquire() as conn, conn.transaction():
                 await conn.execute(
                     """INSERT INTO node_health (cluster, node, verdict, reasons, xids, at) VALUES ($1,$2,$3,$4,$5,$6)
@@ -208,8 +200,6 @@ class Ledger:
                         """INSERT INTO node_events (cluster, node, verdict, reasons, xids, at)
                            VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING""",
                         health.cluster, health.node, health.verdict, reasons, xids, health.at)
-        except _UNAVAILABLE as exc:
-            raise TemporaryError(f"Postgres unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def unpublished(self, limit: int = 100) -> list[asyncpg.Record]:
         return await self.pool.fetch(

@@ -19,9 +19,8 @@ from collections.abc import Mapping
 
 import orjson
 from redis import asyncio as aioredis
-from redis import exceptions as redis_errors
 
-from relaunch.common.errors import TemporaryError
+from relaunch.common.redis_outage import DOWN, redis_outage
 
 ANOMALY_TTL_S = 14 * 86400
 MAX_CONNECTIONS = 64
@@ -52,17 +51,15 @@ class HotState:
     async def ping(self) -> bool:
         try:
             return bool(await self.r.ping())
-        except (redis_errors.RedisError, OSError):
+        except DOWN:
             return False
 
     async def close(self) -> None:
         await self.r.aclose()
 
     async def _call(self, coro):
-        try:
+        with redis_outage():
             return await coro
-        except (redis_errors.RedisError, OSError) as exc:
-            raise TemporaryError(f"Redis unavailable: {exc}", delay=1.0, backoff=True) from exc
 
     async def followed(self, cluster: str) -> list[str]:
         return sorted(await self._call(self.r.smembers(f"rl:follow:{cluster}")))
