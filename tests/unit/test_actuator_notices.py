@@ -30,8 +30,8 @@ class Slurm:
     async def observe(self, job_id):
         return self.observed
 
-    async def run_step(self, step, job_id, nodes=None):
-        self.steps.append(step)
+    async def run_command(self, argv):
+        self.steps.append(argv)
 
 
 class Holds:
@@ -65,12 +65,6 @@ async def test_a_successor_elsewhere_converges_quietly(memory, caplog):
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
-class StepSlurm(Slurm):
-    @staticmethod
-    def argv(step, job_id, nodes=None):
-        return ["scontrol", step, job_id]
-
-
 class RecordingHolds(Holds):
     async def touch(self, cluster, job_id):
         pass
@@ -83,13 +77,13 @@ async def test_a_refused_launch_is_requeued_and_audited_under_a_key_the_decider_
     at = dt.datetime(2026, 12, 1, 7, 15, 44, tzinfo=dt.UTC)
     refused = Observed(exists=True, state="FAILED", reason="NonZeroExitCode", restarts=1, exit_code="1:0",
                        submitted=at, started=at, ended=at, nodes=("node1",))
-    (bus, streams), slurm = memory, StepSlurm(refused)
+    (bus, streams), slurm = memory, Slurm(refused)
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
                     issued_at=NOW, expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30))
     caplog.set_level(logging.WARNING, logger="relaunch.actuator.handlers")
     with pytest.raises(TemporaryError, match="step taken"):  # then the Advice is looked at again
         await handle_advice(Reconciler(bus, slurm, "act", RecordingHolds(), None), advice, None)
-    assert slurm.steps == ["requeuehold"]
+    assert slurm.steps == [("scontrol", "requeuehold", "7")]  # the command the plan carries
     audits = [(p.body, p.msg_id) for p in streams.messages if isinstance(p.body, AuditEntry)]
     assert [(m.action, i) for m, i in audits][0] == ("launch refused", "actuator.c.7.1.launch-refused.1")
     assert "no attempt spent" in audits[0][0].detail

@@ -99,7 +99,8 @@ async def test_the_reconciler_warns_and_audits_a_lasting_refusal_and_keeps_retry
     rec.clock = lambda: clock[0]
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
                     exclude_nodes=[], issued_at=NOW, expires_at=NOW + dt.timedelta(minutes=30))
-    step = Plan("step", "step taken", "release the held successor", step="release")
+    step = Plan("step", "step taken", "release the held successor", step="release",
+                argv=("scontrol", "release", "7"), audit="scontrol release 7")
     observed = Observed(exists=True, state="PENDING", restarts=1, held=True)
     caplog.set_level(logging.WARNING, logger="relaunch.actuator.handlers")
     for t in (0.0, 2.0, 31.0, 33.0):

@@ -106,3 +106,21 @@ def test_observe_mode_lists_every_step_act_mode_would_take():
     assert would_run(advice(), obs(state="PENDING", restarts=1, held=True)) == ["release", "start_now"]
     assert would_run(advice(), obs(state="COMPLETED")) == []
     assert would_run(advice(operation="terminate"), obs(state="RUNNING")) == ["cancel"]
+
+
+def test_a_step_plan_carries_the_command_it_runs_and_the_audit_text_that_records_it():
+    p = plan(advice(exclude_nodes=["node2"]), obs(state="PENDING", restarts=1, held=True, excluded=("node1",)), NOW, 1)
+    assert p.argv == ("scontrol", "update", "JobId=7", "ExcNodeList=node1,node2")
+    assert p.audit == "scontrol update JobId=7 ExcNodeList=node1,node2"
+    assert plan(advice(), obs(state="FAILED", restarts=0), NOW, 1).argv == ("scontrol", "requeuehold", "7")
+    assert plan(advice(), obs(state="RUNNING", restarts=1), NOW, 1).argv == ()  # converged: no command
+
+
+def test_observe_mode_records_every_command_act_mode_would_run():
+    from relaunch.actuator.domain.reconciling import observe_only
+
+    records, detail = observe_only(advice(), obs(state="FAILED", restarts=0))
+    assert [(r.action, r.key) for r in records] == [("would requeuehold", "1"), ("would release", "2"),
+                                                    ("would start_now", "3")]
+    assert records[0].detail == "observe mode, step 1 of 3: scontrol requeuehold 7"
+    assert detail == "would have run: requeuehold, release, start_now (RELAUNCH_ACTUATOR_MODE=observe)"

@@ -1,6 +1,9 @@
 """Bus wiring of the actuator: the Advice reconciler (the scheduler observer is in observer.py).
 
-Handlers only load -> plan -> do at most one step -> publish; the decisions are in domain/.
+Handlers only load -> plan -> do at most one step -> publish; the decisions are in domain/, and the
+plan carries the command a step runs and the audit text that records it. A pass returns its Outcome
+(controller-runtime style): done, or look again after a delay; handle_advice turns the latter into a
+TemporaryError, which the outcome middleware naks with that delay.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from dataclasses import dataclass
 
 from prometheus_client import Counter
 
@@ -23,7 +27,7 @@ from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
 from .domain.draining import Drain, plan_drains
 from .domain.observing import Observed
-from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, exclusions, plan, would_run
+from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, observe_only, plan
 from .domain.refusals import Refusals, describe
 from .metrics import observe_recovery
 from .observer import Observer  # noqa: F401  (re-exported: the composition root wires it from here)
@@ -35,6 +39,22 @@ RECONCILE_OUTCOMES = Counter("relaunch_reconcile_outcomes_total", "Terminal reco
 STEPS = Counter("relaunch_reconcile_steps_total", "Reconcile steps taken", ["step", "mode"])
 REFUSALS = Counter("relaunch_slurm_refusals_total",
                    "Reconcile steps Slurm refused or did not answer (retried later)", ["step"])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one reconcile pass ends: done (a terminal status was published; ack), or look again after
+    `again_s` (nak with that delay), saying why in `detail`."""
+    done: bool
+    detail: str = ""
+    again_s: float = 0.0
+
+
+DONE = Outcome(done=True)
+
+
+def again(detail: str, delay: float) -> Outcome:
+    return Outcome(done=False, detail=detail, again_s=delay)
 
 
 class Reconciler:
@@ -61,7 +81,7 @@ class Reconciler:
         except ValueError:
             return advice.generation
 
-    async def handle(self, advice: Advice, delivery: Delivery) -> None:
+    async def handle(self, advice: Advice, delivery: Delivery) -> Outcome:
         observed = await self.slurm.observe(advice.job_id)
         newest = await self.newest_generation(advice)
         drains = await self._drains_to_do(advice)
@@ -70,16 +90,15 @@ class Reconciler:
         if p.kind in ("converged", "abandoned"):
             await self._notice(advice, p)
             await self._finish(advice, "CONVERGED" if p.kind == "converged" else "ABANDONED", p.reason, p.detail)
-            return
+            return DONE
         if self.mode == "observe":
             await self._observe_only(advice, observed, drains)
-            return
+            return DONE
         await self.holds.touch(advice.cluster, advice.job_id)  # the watchdog sees we are alive
         if p.kind == "wait":
-            raise TemporaryError(p.detail, delay=p.delay)
+            return again(p.detail, p.delay)
         await self._notice(advice, p)
-        await self._take_step(advice, p, observed)
-        raise TemporaryError("step taken; verifying", delay=0.2)
+        return await self._take_step(advice, p, observed)
 
     async def _notice(self, advice: Advice, p: Plan) -> None:
         """A plan's notice: a warning in the log and an audit entry (one per Advice and notice key)."""
@@ -100,49 +119,39 @@ class Reconciler:
     async def _observe_only(self, advice: Advice, observed: Observed, drains: tuple[Drain, ...] = ()) -> None:
         """Record every command act mode would run from here, run none, and finish the Advice."""
         prefix = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.observe"
-        for drain in drains:
-            await self._audit(advice, "would drain", "observe mode: " + " ".join(
-                self.slurm.drain_argv(drain.node, drain.reason)), f"{prefix}.drain.{drain.node}")
-            STEPS.labels("drain", "observe").inc()
-        steps = would_run(advice, observed)
-        nodes = sorted(set(observed.excluded) | set(exclusions(advice, observed)[0]))
-        for n, step in enumerate(steps, start=1):
-            argv = " ".join(self.slurm.argv(step, advice.job_id, nodes))
-            await self._audit(advice, f"would {step}", f"observe mode, step {n} of {len(steps)}: {argv}",
-                              f"{prefix}.{n}")
-            STEPS.labels(step, "observe").inc()
-        done = [f"drain {d.node}" for d in drains] + list(steps)
-        await self._finish(advice, "ABANDONED", OBSERVE_MODE,
-                           f"would have run: {', '.join(done) or 'nothing'} (RELAUNCH_ACTUATOR_MODE=observe)")
+        records, detail = observe_only(advice, observed, drains)
+        for record in records:
+            await self._audit(advice, record.action, record.detail, f"{prefix}.{record.key}")
+            STEPS.labels(record.step, "observe").inc()
+        await self._finish(advice, "ABANDONED", OBSERVE_MODE, detail)
 
     async def _drain(self, advice: Advice, p: Plan) -> None:
         """One node drain; a rejected drain is audited and not retried for this Advice (the restart goes on)."""
         assert p.drain is not None
-        node, reason = p.drain.node, p.drain.reason
+        node = p.drain.node
         key = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.drain.{node}"
         if self.limit is not None:
             await self.limit.take()
         try:
-            await self.slurm.drain(node, reason)
+            await self.slurm.run_command(p.argv)
         except PermanentError as exc:
             self._drain_rejected.add((advice.cluster, advice.job_id, advice.generation, node))
             await self._audit(advice, "drain rejected", str(exc)[:1000], key + ".rejected")
             return
         STEPS.labels("drain", "act").inc()
-        await self._audit(advice, "drain", " ".join(self.slurm.drain_argv(node, reason)), key)
+        await self._audit(advice, "drain", p.audit, key)
         status = ReconcileStatus(cluster=advice.cluster, job_id=advice.job_id, generation=advice.generation,
                                  status="PENDING", reason=p.reason, step="drain", detail=p.detail[:1000], at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, advice.job_id), status, msg_id=key + ".status")
 
-    async def _take_step(self, advice: Advice, p: Plan, observed: Observed) -> None:
-        assert p.step is not None
+    async def _take_step(self, advice: Advice, p: Plan, observed: Observed) -> Outcome:
+        """Run the plan's command; done when Slurm rejected it for good, else look again soon to verify."""
+        assert p.step is not None and p.argv
         if p.step == "drain":
             await self._drain(advice, p)
-            return
+            return again("step taken; verifying", 0.2)
         job = advice.job_id
         key = f"actuator.{advice.cluster}.{job}.{advice.generation}.{p.step}.{observed.restarts}"
-        # The plan says which ExcNodeList to set (it leaves out nodes the job requires).
-        nodes = list(p.nodes) if p.step == "exclude" else sorted(set(observed.excluded) | set(advice.exclude_nodes))
         if p.step in DISRUPTIVE:
             if self.limit is not None:
                 await self.limit.take()  # TemporaryError(wait) when the cluster-wide budget is spent
@@ -155,31 +164,34 @@ class Reconciler:
                 self._ended.clear()
             self._ended[(advice.cluster, job, advice.generation, observed.restarts + 1)] = observed.ended
         try:
-            await self.slurm.run_step(p.step, job, nodes)
+            await self.slurm.run_command(p.argv)
         except PermanentError as exc:
             await self._audit(advice, f"{p.step} rejected", str(exc), key + ".rejected")
             await self._finish(advice, "ABANDONED", SCHEDULER_REJECTED, str(exc))
-            raise _Done() from exc
+            return DONE
         except TemporaryError as exc:
-            await self._refused(advice, p.step, nodes, key, refusal_key, exc)
+            await self._refused(advice, p, key, refusal_key, exc)
             raise
         if (past := self.refusals.accepted(refusal_key)) is not None and past.warnings:
             log.warning("advice %s/%s gen %d: Slurm accepted %s after refusing it %d times over %.0f s",
                         advice.cluster, job, advice.generation, p.step, past.count, past.lasted_s)
         STEPS.labels(p.step, "act").inc()
-        await self._audit(advice, p.step, " ".join(self.slurm.argv(p.step, job, nodes)), key)
+        await self._audit(advice, p.step, p.audit, key)
         status = ReconcileStatus(cluster=advice.cluster, job_id=job, generation=advice.generation,
                                  status="PENDING", reason=p.reason, step=p.step, detail=p.detail, at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, job), status, msg_id=key + ".status")
+        return again("step taken; verifying", 0.2)
 
-    async def _refused(self, advice: Advice, step: str, nodes: list[str], key: str,
-                       refusal_key: tuple[str, str, int, str], exc: TemporaryError) -> None:
+    async def _refused(self, advice: Advice, p: Plan, key: str, refusal_key: tuple[str, str, int, str],
+                       exc: TemporaryError) -> None:
         """A step Slurm refused for now: retried by the caller; a refusal that lasts is warned of and audited."""
+        assert p.step is not None
+        step = p.step
         REFUSALS.labels(step).inc()
         due = self.refusals.refused(refusal_key, str(exc)[:500], self.clock())
         if due is None:
             return
-        text = describe(step, " ".join(self.slurm.argv(step, advice.job_id, nodes)), due)
+        text = describe(step, p.audit, due)
         log.warning("advice %s/%s gen %d: %s", advice.cluster, advice.job_id, advice.generation, text)
         try:
             await self._audit(advice, f"{step} refused", text[:1000], f"{key}.refused.{due.warnings}")
@@ -211,12 +223,8 @@ DISRUPTIVE = frozenset({"requeuehold", "cancel"})
 """Steps that stop a running job: these draw from the cluster-wide rate limit."""
 
 
-class _Done(Exception):
-    """Internal: the Advice reached a terminal outcome inside a step; ack it."""
-
-
 async def handle_advice(reconciler: Reconciler, advice: Advice, delivery: Delivery) -> None:
-    try:
-        await reconciler.handle(advice, delivery)
-    except _Done:
-        return
+    """The Advice consumer: ack once the pass is done; nak with the pass's delay to look again."""
+    outcome = await reconciler.handle(advice, delivery)
+    if not outcome.done:
+        raise TemporaryError(outcome.detail, delay=outcome.again_s)

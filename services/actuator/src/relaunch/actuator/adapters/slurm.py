@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import logging
 import os
-import re
 import time
 
 from prometheus_client import Histogram
@@ -19,6 +18,7 @@ from prometheus_client import Histogram
 from relaunch.common.errors import PermanentError, TemporaryError
 
 from ..domain.accounting import DELIMITER, AccountedAttempt, available_fields, parse_sacct
+from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.observing import (
     NodeCondition, Observed, observed_from_scontrol, parse_node_conditions, parse_scontrol_line,
     usable_nodes_by_partition,
@@ -42,18 +42,6 @@ class JobGone(PermanentError):
 
 class AccountingDisabled(PermanentError):
     """The cluster keeps no job accounting (AccountingStorageType=accounting_storage/none)."""
-
-
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
-_REASON = re.compile(r"^[A-Za-z0-9 _.,:;()/+#@-]{1,250}$")
-
-
-def _check(pattern: re.Pattern, value: str, what: str) -> str:
-    """Values that reach a Slurm argv are checked here once more, whatever the caller checked."""
-    if not pattern.fullmatch(value):  # fullmatch: `$` alone would let a trailing newline through
-        raise PermanentError(f"refusing to pass {value!r} to Slurm as a {what}")
-    return value
 
 
 class Slurm:
@@ -107,7 +95,7 @@ class Slurm:
 
     async def show_job(self, job_id: str) -> dict[str, str] | None:
         try:
-            out = await self._run(["scontrol", "show", "job", "-o", _check(_JOB_ID, job_id, "job id")])
+            out = await self._run(["scontrol", "show", "job", "-o", check(JOB_ID, job_id, "job id")])
         except JobGone:
             return None
         lines = [line for line in out.splitlines() if line.startswith("JobId=")]
@@ -135,7 +123,7 @@ class Slurm:
 
     async def accounting(self, job_ids: list[str]) -> list[AccountedAttempt]:
         """Every accounting record (one per attempt) of these job ids, older jobs with the same id included."""
-        return await self._sacct("-j", ",".join(_check(_JOB_ID, j, "job id") for j in job_ids))
+        return await self._sacct("-j", ",".join(check(JOB_ID, j, "job id") for j in job_ids))
 
     async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
         """Every accounting record of a job that was pending, running or ended since `start`."""
@@ -149,30 +137,24 @@ class Slurm:
     async def node_conditions(self, nodes: list[str]) -> dict[str, NodeCondition]:
         if not nodes:
             return {}
-        names = ",".join(_check(_NODE_NAME, n, "node name") for n in nodes)
+        names = ",".join(check(NODE_NAME, n, "node name") for n in nodes)
         return parse_node_conditions(await self._run(["sinfo", "-h", "-N", "-n", names, "-o", "%N|%T|%E"]))
 
     @staticmethod
     def drain_argv(node: str, reason: str) -> list[str]:
-        return ["scontrol", "update", f"NodeName={_check(_NODE_NAME, node, 'node name')}", "State=DRAIN",
-                f"Reason={_check(_REASON, reason, 'drain reason')}"]
+        return list(drain_argv(node, reason))
 
     async def drain(self, node: str, reason: str) -> None:
         await self._run(self.drain_argv(node, reason))
 
     @staticmethod
     def argv(step: str, job_id: str, nodes: list[str] | None = None) -> list[str]:
-        """The command one reconcile step runs (also what observe mode records)."""
-        job_id = _check(_JOB_ID, job_id, "job id")
-        nodes = [_check(_NODE_NAME, n, "node name") for n in nodes or []]
-        commands = {
-            "requeuehold": ["scontrol", "requeuehold", job_id],
-            "release": ["scontrol", "release", job_id],
-            "start_now": ["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
-            "exclude": ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes or [])}"],
-            "cancel": ["scancel", job_id],
-        }
-        return commands[step]
+        """The command one reconcile step runs (domain/commands.py builds and checks it)."""
+        return list(step_argv(step, job_id, nodes or ()))
 
     async def run_step(self, step: str, job_id: str, nodes: list[str] | None = None) -> None:
         await self._run(self.argv(step, job_id, nodes))
+
+    async def run_command(self, argv: tuple[str, ...] | list[str]) -> None:
+        """Run a command a reconcile plan carries (built and checked by domain/commands.py)."""
+        await self._run(list(argv))

@@ -26,12 +26,13 @@ scheduler's state read just now, never on which event woke us. Invariants:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from relaunch.common.job_states import FAILED_STATES, TRANSIENT_STATES
 from relaunch.common.schemas import Advice
 
+from .commands import drain_argv, step_argv
 from .draining import Drain
 from .observing import Observed
 from .startability import earliest_launch, launch_refused, launched, never_starts, required_conflicts
@@ -83,6 +84,20 @@ class Plan:
     """The notice's audit action and the tail of its idempotency key (one entry per distinct key)."""
     nodes: tuple[str, ...] = ()
     """exclude: the whole ExcNodeList to set."""
+    argv: tuple[str, ...] = ()
+    """step: the command that takes it (commands.py: every value checked)."""
+    audit: str = ""
+    """step: the audit entry's detail once the command is taken (the command itself)."""
+
+
+@dataclass(frozen=True)
+class WouldRun:
+    """Observe mode: one command act mode would run, as its audit entry says it."""
+    step: Step
+    action: str
+    detail: str
+    key: str
+    """The tail of the entry's idempotency key, after `actuator.<cluster>.<job>.<generation>.observe.`."""
 
 
 def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
@@ -91,6 +106,26 @@ def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation
     """`partitions`: the allowlist (empty: every partition). `drains`: the node drains still to do
     (empty unless drain is on). `ended_before_requeue`: the EndTime Slurm showed for the attempt this
     Advice requeued, when it had already ended then (a hint the caller remembers; None: unknown)."""
+    return _with_command(advice, observed, _plan(advice, observed, now, newest_generation, partitions, drains,
+                                                 ended_before_requeue))
+
+
+def _with_command(advice: Advice, observed: Observed, p: Plan) -> Plan:
+    """A step plan with the command it runs and the audit text that records it."""
+    if p.step is None:
+        return p
+    if p.step == "drain":
+        assert p.drain is not None
+        argv = drain_argv(p.drain.node, p.drain.reason)
+    else:
+        # The plan says which ExcNodeList to set (it leaves out nodes the job requires).
+        nodes = p.nodes if p.step == "exclude" else tuple(sorted(set(observed.excluded) | set(advice.exclude_nodes)))
+        argv = step_argv(p.step, advice.job_id, nodes)
+    return replace(p, argv=argv, audit=" ".join(argv))
+
+
+def _plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
+          partitions: frozenset[str], drains: tuple[Drain, ...], ended_before_requeue: dt.datetime | None) -> Plan:
     if newest_generation > advice.generation:
         return Plan("abandoned", SUPERSEDED, f"generation {newest_generation} exists")
     if now > advice.expires_at:
@@ -244,3 +279,17 @@ def would_run(advice: Advice, observed: Observed) -> list[Step]:
         steps.append("release")
     steps.append("start_now")
     return steps
+
+
+def observe_only(advice: Advice, observed: Observed, drains: tuple[Drain, ...] = ()) -> tuple[list[WouldRun], str]:
+    """Observe mode: the audit entries of every command act mode would run from here (drains first),
+    and the detail of the ABANDONED status that ends the Advice."""
+    records = [WouldRun("drain", "would drain", "observe mode: " + " ".join(drain_argv(d.node, d.reason)),
+                        f"drain.{d.node}") for d in drains]
+    steps = would_run(advice, observed)
+    nodes = sorted(set(observed.excluded) | set(exclusions(advice, observed)[0]))
+    for n, step in enumerate(steps, start=1):
+        argv = " ".join(step_argv(step, advice.job_id, nodes))
+        records.append(WouldRun(step, f"would {step}", f"observe mode, step {n} of {len(steps)}: {argv}", str(n)))
+    done = [f"drain {d.node}" for d in drains] + list(steps)
+    return records, f"would have run: {', '.join(done) or 'nothing'} (RELAUNCH_ACTUATOR_MODE=observe)"
