@@ -9,7 +9,6 @@ import json
 import logging
 import os
 
-from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.diagnosis.signatures import Catalogue
@@ -22,7 +21,7 @@ from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import unreadable_reason
 from .domain.detection import crash_from_log, crash_from_scheduler
-from .metrics import anomaly_published
+from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker
 
 log = logging.getLogger(__name__)
@@ -30,9 +29,11 @@ log = logging.getLogger(__name__)
 
 class Detector:
     def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: Catalogue,
-                 grace_s: float, tracker: ProgressTracker) -> None:
+                 grace_s: float, tracker: ProgressTracker, anomalies: AnomalyPublisher | None = None) -> None:
+        """`anomalies`: the publisher hangs and stragglers go through too (default: the tracker's)."""
         self.bus, self.state, self.follower = bus, state, follower
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker
+        self.anomalies = anomalies or tracker.anomalies
 
     async def on_log(self, batch: LogBatch, delivery: Delivery) -> None:
         async with self.tracker.gate.urgent():
@@ -107,9 +108,4 @@ class Detector:
             step = await self.tracker.last_step(anomaly.job_id, anomaly.attempt)
             if step is not None:
                 anomaly = anomaly.model_copy(update={"last_step": step})
-        await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
-                               msg_id=anomaly.anomaly_id)
-        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,
-                                      anomaly.signature_id)
-        anomaly_published(anomaly, evidence_at, utcnow())
-        log.info("anomaly %s: %s (%s)", anomaly.anomaly_id, anomaly.category, anomaly.summary)
+        await self.anomalies.publish(anomaly, evidence_at)

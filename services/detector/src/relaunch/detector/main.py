@@ -18,6 +18,7 @@ from relaunch.common.settings import CommonSettings, load_settings, require_back
 
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState
+from .anomalies import AnomalyPublisher
 from .domain import hangs, stragglers
 from .handlers import Detector
 from .rebuilding import HotStateRebuilder
@@ -42,12 +43,13 @@ async def amain() -> None:
 
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes,
                         settings.quiet_follow_interval_s)
+    anomalies = AnomalyPublisher(bus, state)  # crashes, hangs and stragglers all leave through it
     tracker = ProgressTracker(bus, state, common.cluster,
                               hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
                               sweep_s=settings.hang_sweep_s, handled_until=progress_read_until,
-                              cache_jobs=settings.state_cache_jobs)
-    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker)
+                              cache_jobs=settings.state_cache_jobs, anomalies=anomalies)
+    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies)
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis = Reachability("Redis (RELAUNCH_REDIS_URL, the detector's hot state)", common.redis_url)
 

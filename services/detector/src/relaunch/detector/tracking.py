@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 
-from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
@@ -28,12 +27,12 @@ from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
 from .adapters.hotstate import HELD, HotState, parse_nodes
+from .anomalies import AnomalyPublisher
 from .adapters.statecache import StateCache
 from .domain import hangs, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
-from .metrics import anomaly_published
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +79,10 @@ class ProgressTracker:
     def __init__(self, bus: Bus, state: HotState, cluster: str, hang_policy: hangs.HangPolicy,
                  straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0,
                  handled_until: Callable[[float], Awaitable[float]] | None = None,
-                 cache_jobs: int = 20_000) -> None:
+                 cache_jobs: int = 20_000, anomalies: AnomalyPublisher | None = None) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
+        self.anomalies = anomalies or AnomalyPublisher(bus, state)
+        """How hangs and stragglers are published (the crash path's own publisher, where main shares one)."""
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
         self.gate = CrashFirst()
         # now (epoch s) -> the time up to which every progress signal has been read (ingest.handled_until);
@@ -274,12 +275,7 @@ class ProgressTracker:
         return hangs.HangState.from_dict(data["hang"]).high_step
 
     async def _publish(self, evidence_at: dt.datetime, anomaly: AnomalyDetected) -> None:
-        await self.bus.publish(subjects.event_anomaly(anomaly.cluster, anomaly.job_id), anomaly,
-                               msg_id=anomaly.anomaly_id)
-        await self.state.mark_anomaly(anomaly.cluster, anomaly.job_id, anomaly.attempt, anomaly.kind,
-                                      anomaly.signature_id)
-        anomaly_published(anomaly, evidence_at, utcnow())
-        log.info("anomaly %s: %s", anomaly.anomaly_id, anomaly.summary)
+        await self.anomalies.publish(anomaly, evidence_at)
 
     # -- per-job policies -----------------------------------------------------------------------
     def _policies_of(self, info: dict) -> tuple[hangs.HangPolicy, stragglers.StragglerPolicy]:
