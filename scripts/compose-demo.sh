@@ -103,8 +103,10 @@ if ! "$DOCKER" image inspect debian:12.12-slim >/dev/null 2>&1; then
     rm -rf "$root"
     # The host's own Debian archive (this machine is Debian bookworm too) unless RELAUNCH_DEBIAN_MIRROR
     # names another; the image gets the host's apt sources (main, updates, security) as they are.
-    mirror=${RELAUNCH_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' \
-      /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1)}
+    # (sed exits 2 on a file that is not there, e.g. no /etc/apt/sources.list: only existing ones are read)
+    sources=$(ls /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
+    mirror=${RELAUNCH_DEBIAN_MIRROR:-$( [ -z "$sources" ] || sed -n 's/^URIs: *\([^ ]*\).*/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' \
+      $sources | head -1)}
     [ -n "$mirror" ] || die "no Debian archive in the host's apt sources; set RELAUNCH_DEBIAN_MIRROR"
     debootstrap --variant=minbase bookworm "$root" "$mirror" >"$RUN/debootstrap.log" 2>&1 \
       || die "debootstrap failed (see $RUN/debootstrap.log)"
