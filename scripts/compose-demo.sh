@@ -57,6 +57,8 @@ stop_engine() {
   if [ -n "$ENGINE_PID" ] && kill -0 "$ENGINE_PID" 2>/dev/null; then
     kill "$ENGINE_PID"; for _ in $(seq 50); do kill -0 "$ENGINE_PID" 2>/dev/null || break; sleep 0.2; done
   fi
+  # dockerd leaves the bind mount of its default network namespace in the exec root when it stops.
+  if mountpoint -q "$RUN/exec/netns/default" 2>/dev/null; then umount "$RUN/exec/netns/default" || true; fi
 }
 cleanup() {
   local rc=$?
