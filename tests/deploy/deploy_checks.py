@@ -67,14 +67,7 @@ def runnable_module(module: str) -> bool:
 
 # Each entry point a deployment runs -> the settings class of that service (whose `backends` says
 # which RELAUNCH_*_URL it cannot start without: relaunch.common.settings.require_backends).
-ENTRY_POINTS = {
-    "relaunch.detector": ("relaunch.detector.settings", "DetectorSettings"),
-    "relaunch.decider": ("relaunch.decider.settings", "DeciderSettings"),
-    "relaunch.actuator": ("relaunch.actuator.settings", "ActuatorSettings"),
-    "relaunch.actuator.watchdog": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
-    "relaunch.api": ("relaunch.api.settings", "ApiSettings"),
-    "relaunch.gpu_probe": ("relaunch.gpu_probe.settings", "ProbeSettings"),
-}
+ENTRY_POINTS = {module.removesuffix(".settings"): (module, name) for module, name in SERVICE_SETTINGS.values()}
 
 
 def entry_point(command) -> str | None:
