@@ -40,7 +40,9 @@ build() {
   [ "$(id -u)" = 0 ] || die "building the Slurm $v root needs root (debootstrap, chroot); run make setup SLURM=$v as root"
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+    # Two builds started together (24.11 and 26.05) would race for dpkg's lock: wait for it.
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends \
+      debootstrap >/dev/null
   }
   mkdir -p "$CACHE/slurm-roots"
   tmp=$(mktemp -d "$CACHE/slurm-roots/.build-$v.XXXXXX")
