@@ -66,7 +66,7 @@ FAILURES = [
      "gpu_nvlink_error", "hardware", "restart_excluding"),
     ("srun: error: node5: task 3: Exited with exit code 93", "nvrx_do_not_restart", "application", "stop"),
     ("mpirun noticed that process rank 7 with PID 0 on node gpu7 exited on signal 9 (Killed).",
-     "process_killed_signal", "resource", "stop"),
+     "process_killed_signal", "unknown", "restart"),
     ("nvidia-container-cli: initialization error: nvml error: driver not loaded",
      "gpu_driver_unavailable", "infrastructure", "restart_excluding"),
     ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with "

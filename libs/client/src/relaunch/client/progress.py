@@ -35,10 +35,12 @@ class ProgressReporter:
         self._thread.start()
 
     def report(self, step: int, throughput: float | None = None, step_time_s: float | None = None,
-               rank: int | None = None) -> None:
+               rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
+               loss_scale: float | None = None, skipped: bool | None = None) -> None:
         try:
             record = ProgressReported(cluster=self.cluster, job_id=self.job_id, step=step, throughput=throughput,
-                                      step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC))
+                                      step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC),
+                                      loss=loss, grad_norm=grad_norm, loss_scale=loss_scale, skipped=skipped)
             self._queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1
@@ -91,8 +93,12 @@ _default_lock = threading.Lock()
 
 
 def report_progress(step: int, throughput: float | None = None, step_time_s: float | None = None,
-                    rank: int | None = None) -> None:
-    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID)."""
+                    rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
+                    loss_scale: float | None = None, skipped: bool | None = None) -> None:
+    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID).
+
+    `loss` and `grad_norm` (NaN and infinity allowed), `loss_scale` and `skipped` (the step was skipped
+    for fp16 overflow) feed divergence detection (docs/policy.md, "Divergence")."""
     global _default
     if _default is None:
         with _default_lock:
@@ -102,4 +108,4 @@ def report_progress(step: int, throughput: float | None = None, step_time_s: flo
                     return
                 _default = ProgressReporter(client_settings.nats_url(), client_settings.job_cluster(),
                                             job_id, node=os.environ.get("SLURMD_NODENAME"))
-    _default.report(step, throughput, step_time_s, rank)
+    _default.report(step, throughput, step_time_s, rank, loss, grad_norm, loss_scale, skipped)
