@@ -54,12 +54,10 @@ def test_a_restart_after_divergence_is_still_bounded():
     assert decide(History(), diverged(attempt=1), restart, NOW).rule == "max_attempts"
 
 
-def test_a_crash_while_the_attempt_still_runs_is_cancelled_when_stopped():
+def test_a_hang_and_a_divergence_are_cancelled_a_crash_is_left_to_end():
     running = History(attempts=(AttemptRecord(0, NOW, state="RUNNING"),))
-    assert decide(running, crash(), BIG, NOW).kind == "terminate"
-    ended = History(attempts=(AttemptRecord(0, NOW, state="FAILED"),))
-    assert decide(ended, crash(), BIG, NOW).kind == "stop"
-    assert decide(running, crash(), replace(BIG, terminate_hung=False), NOW).kind == "stop"
+    assert decide(running, crash(), BIG, NOW).kind == "stop"
+    assert decide(running, diverged(), replace(BIG, terminate_hung=False), NOW).kind == "stop"
 
 
 @pytest.mark.parametrize("code, kind, rule", [(17, "stop", "megatron_validation_failed"),

@@ -25,9 +25,8 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
                          time limits and preemptions, which are the scheduler's doing)
   no_progress            the step reached did not pass the best step of the attempts before it (not
                          for a preemption: the attempt may not have had the time)
-  (a rule that stops a job that still runs and holds its nodes (a hang, a divergence, a crash seen in
-   the log of an attempt still RUNNING) cancels it with a terminate Advice unless the policy says
-   terminate_hung = false)
+  (a rule that stops a job that still runs and holds its nodes (a hang, a divergence) cancels it with
+   a terminate Advice unless the policy says terminate_hung = false)
   within_budget          restart, leaving out the nodes attribution blames (capped by max_exclude, and
                          never so many that the job no longer fits its partition: exclusions.py)
 
@@ -86,10 +85,9 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     klass = fault_class(anomaly)
     record = history.attempt(attempt)
     exit_code = anomaly.exit_code if anomaly.exit_code is not None else record.exit_code if record else None
-    # Still running and holding its nodes: a hang or a divergence always, a crash when its attempt was
-    # last seen RUNNING (one rank failed, the others wait) and the scheduler has not said it ended.
-    running = anomaly.kind in ("hang", "divergence") or (
-        anomaly.kind == "crash" and anomaly.source == "log" and record is not None and record.state == "RUNNING")
+    # Still running and holding its nodes by nature: a hang, a divergence. (A crash is not: its line is
+    # usually read while the job is ending by itself; one whose other ranks go on waiting is then a hang.)
+    running = anomaly.kind in ("hang", "divergence")
 
     def stop(rule: str, reason: str) -> Decision:
         if anomaly.kind == "straggler":
