@@ -2,7 +2,8 @@
 training script serves every case: FAULT=<kind>, FAULT_STEP=<step>, FAULT_RANK=<rank> (default 0).
 
 kinds: raise (a rank raises), kill (a rank SIGKILLs itself), stuck (a rank stops before the next
-collective, forever), stop (every rank stops making progress: a hang without a collective), nan (the
+collective, forever), stop (every rank stops making progress: a hang without a collective), node (the
+processes of node FAULT_NODE, its torchrun agent included, are SIGKILLed: a node lost), nan (the
 loss becomes NaN from FAULT_STEP on), worker (a DataLoader worker is killed by a signal), shape (a shape
 error in the model), module (a missing module is imported)."""
 
@@ -12,7 +13,9 @@ import os
 import signal
 import time
 
-KIND = os.environ.get("FAULT", "")
+# Faults strike the first attempt only (a restarted job then shows the recovery), unless FAULT_EVERY=1.
+KIND = os.environ.get("FAULT", "") if (os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
+                                       or os.environ.get("FAULT_EVERY") == "1") else ""
 STEP = int(os.environ.get("FAULT_STEP", "10"))
 RANK = int(os.environ.get("FAULT_RANK", "0"))
 
@@ -31,6 +34,9 @@ def at_step(step: int) -> None:
     if KIND == "raise" and mine:
         raise RuntimeError(f"injected failure on rank {rank()} at step {step}")
     if KIND == "kill" and mine:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if KIND == "node" and os.environ.get("SLURM_NODEID") == os.environ.get("FAULT_NODE", "1"):
+        os.kill(os.getppid(), signal.SIGKILL)  # the torchrun agent
         os.kill(os.getpid(), signal.SIGKILL)
     if (KIND == "stuck" and mine) or KIND == "stop":
         while True:

@@ -1,0 +1,157 @@
+"""Real trainings with real faults, each ending as an on-call engineer would want (issue 16): healthy
+runs never flagged, crashes restarted or stopped correctly, the lost node excluded, hangs declared from
+the job's own rhythm, a diverged run cancelled. All cases are submitted at once and judged as they end
+(the cluster runs them side by side); the versions of the frameworks are printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from slurmjobs import job_fields, ledger
+
+pytestmark = pytest.mark.frameworks
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+@dataclass
+class Case:
+    name: str
+    run: str
+    args: str
+    comment: str = "relaunch"
+    env: dict = field(default_factory=dict)
+    sbatch: tuple = ()
+    # what relaunch must do: the first anomaly's kind and (a word of) its signature, the first decision
+    kind: str | None = None
+    signature: str = ""
+    decision: str = ""          # restart | stop | terminate | none
+    state: str = "COMPLETED"    # the job's final Slurm state
+    exclude: tuple = ()
+    summary_has: str = ""
+
+
+CASES = [
+    Case("hf healthy", "hf", "40", decision="none"),
+    Case("hf healthy, progress by callback", "hf", "40 --callback", decision="none"),
+    Case("lightning tqdm healthy", "lightning", "40 --plain", decision="none"),
+    Case("lightning rich healthy", "lightning", "40 --rich", decision="none"),
+    Case("ddp megatron-format healthy", "ddp", "30", env={"LOG_FORMAT": "megatron"}, decision="none"),
+    Case("hf NaN divergence", "hf", "400", env={"FAULT": "nan", "FAULT_STEP": "15"}, kind="divergence",
+         signature="divergence", decision="terminate", state="CANCELLED", summary_has="NaN"),
+    Case("lightning NaN divergence", "lightning", "400", env={"FAULT": "nan", "FAULT_STEP": "15"},
+         kind="divergence", signature="divergence", decision="terminate", state="CANCELLED"),
+    Case("lightning stops (hang)", "lightning", "60 --plain", "relaunch:max_attempts=2",
+         env={"FAULT": "stop", "FAULT_STEP": "20"}, kind="hang", decision="restart", summary_has="step"),
+    Case("ddp rank raises", "ddp", "30", env={"FAULT": "raise", "FAULT_STEP": "10", "FAULT_RANK": "1"},
+         kind="crash", decision="restart", comment="relaunch:max_attempts=2"),
+    Case("ddp rank SIGKILLed", "ddp", "30", "relaunch:max_attempts=2",
+         env={"FAULT": "kill", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash",
+         signature="process_killed_signal", decision="restart"),
+    Case("ddp rank stuck, no pg timeout (hang)", "ddp", "60", "relaunch:max_attempts=2",
+         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="hang", decision="restart"),
+    Case("ddp rank stuck, pg timeout 3 s", "ddp", "60", "relaunch:max_attempts=2",
+         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1", "PG_TIMEOUT": "3"}, kind="crash",
+         decision="restart"),
+    Case("ddp DataLoader worker killed", "ddp", "30", "relaunch:max_attempts=2",
+         env={"FAULT": "worker", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash",
+         signature="dataloader_worker_killed", decision="restart"),
+    Case("ddp missing module", "ddp", "30", env={"FAULT": "module"}, kind="crash", decision="stop", state="FAILED"),
+    Case("ddp shape error", "ddp", "30", env={"FAULT": "shape", "FAULT_STEP": "5"}, kind="crash",
+         signature="tensor_shape_error", decision="stop", state="FAILED"),
+    Case("ddp 2 nodes, node2's processes killed", "ddp2", "40", "relaunch:max_attempts=2",
+         env={"FAULT": "node", "FAULT_STEP": "10", "FAULT_NODE": "1"}, sbatch=("-N", "2", "-c", "1"),
+         kind="crash", signature="srun_task_killed", decision="restart", exclude=("node2",)),
+    Case("lightning time limit", "lightning", "1000000 --plain", "relaunch:max_attempts=1",
+         sbatch=("-t", "1"), kind="crash", signature="time_limit", decision="stop", state="TIMEOUT"),
+]
+
+
+def _submit(case: Case, env: dict, python: str) -> str:
+    jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
+    jobs.mkdir(exist_ok=True)
+    libs = f"{REPO / 'libs' / 'common' / 'src'}:{REPO / 'libs' / 'client' / 'src'}"
+    job_env = {**os.environ, "FW_PY": python, "FW_SCRIPTS": str(HERE / "scripts"), "FW_LIBS": libs,
+               "FW_RUN": case.run, "FW_ARGS": case.args, "FAULT": "", **case.env}
+    cpus = () if "-c" in case.sbatch else ("-c", "2" if case.run == "ddp" else "1")
+    out = subprocess.run(["sbatch", "--parsable", f"--comment={case.comment}", "--open-mode=append",
+                          "-J", "fw-" + case.name.split()[0], "-o", str(jobs / "fw-%j.out"), *cpus, *case.sbatch,
+                          str(HERE / "jobs" / "train.sh")], check=True, capture_output=True, text=True, env=job_env)
+    return out.stdout.strip().split(";")[0]
+
+
+def _outcome(job: str) -> dict | None:
+    """What relaunch did, once it is settled (the job ended and every Advice reached an outcome)."""
+    state = job_fields(job).get("JobState", "")
+    record = ledger(job)
+    if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") or not record:
+        return None
+    if any(a["status"] == "PENDING" for a in record.get("advice", [])):
+        return None
+    return {"state": state, "record": record}
+
+
+def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, frameworks_python, capsys):
+    versions = subprocess.run([frameworks_python, "-c", "import json, torch, transformers, pytorch_lightning, "
+                               "accelerate; print(json.dumps({m.__name__: m.__version__ for m in (torch, "
+                               "transformers, pytorch_lightning, accelerate)}))"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    started = time.monotonic()
+    jobs = {case.name: _submit(case, services, frameworks_python) for case in CASES}
+    settled: dict[str, dict] = {}
+    deadline = time.monotonic() + 420
+    while len(settled) < len(CASES) and time.monotonic() < deadline:
+        for case in CASES:
+            if case.name not in settled and (found := _outcome(jobs[case.name])) is not None:
+                settled[case.name] = found
+        time.sleep(2)
+    rows, failures = [], []
+    for case in CASES:
+        found = settled.get(case.name)
+        if found is None:
+            failures.append(f"{case.name}: not settled in time (job {jobs[case.name]}: "
+                            f"{job_fields(jobs[case.name]).get('JobState')})")
+            rows.append((case.name, "-", "-", "-"))
+            continue
+        record = found["record"]
+        anomalies, advice, audit = record.get("anomalies", []), record.get("advice", []), record.get("audit", [])
+        first = anomalies[0] if anomalies else None
+        if advice:
+            did = advice[0]["operation"]
+        elif any(a["action"] == "stop" for a in audit):
+            did = "stop"
+        else:
+            did = "none"
+        excluded = tuple(advice[0].get("exclude_nodes") or ()) if advice else ()
+        rows.append((case.name, f"{first['kind']}/{first['signature_id']}" if first else "none",
+                     did + (f" without {','.join(excluded)}" if excluded else ""), found["state"]))
+        problems = []
+        if case.kind is None and anomalies:
+            problems.append(f"flagged a healthy run: {first['category']}: {first['summary'][:200]}")
+        if case.kind is not None and (first is None or first["kind"] != case.kind):
+            problems.append(f"expected a {case.kind}, got {first and (first['kind'], first['signature_id'])}")
+        if first is not None and case.signature and case.signature not in first["signature_id"]:
+            problems.append(f"expected signature {case.signature}, got {first['signature_id']}")
+        if case.summary_has and (first is None or case.summary_has not in first["summary"]):
+            problems.append(f"summary lacks {case.summary_has!r}: {first and first['summary'][:200]}")
+        if did != case.decision:
+            problems.append(f"expected {case.decision}, relaunch did {did}")
+        if case.exclude and excluded != case.exclude:
+            problems.append(f"expected to leave out {case.exclude}, left out {excluded}")
+        if found["state"] != case.state:
+            problems.append(f"expected Slurm state {case.state}, got {found['state']}")
+        failures += [f"{case.name} (job {jobs[case.name]}): {p}" for p in problems]
+    table = "\n".join(f"| {n} | {a} | {d} | {s} |" for n, a, d, s in rows)
+    with capsys.disabled():
+        print(f"\nframeworks: {versions}; {len(CASES)} cases in {time.monotonic() - started:.0f} s\n"
+              f"| case | first anomaly | relaunch did | final state |\n|---|---|---|---|\n{table}")
+    out = Path(services["RELAUNCH_RUN_DIR"]).parent / "frameworks-tier.json"
+    out.write_text(json.dumps({"versions": json.loads(versions), "rows": rows, "failures": failures}, indent=1))
+    assert not failures, "\n".join(failures)
