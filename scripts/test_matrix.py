@@ -1,6 +1,8 @@
 """`make test`: the unit, integration and deploy tiers once, the compose demo once (make demo-compose:
 deploy/compose run in a private Docker engine), then the end-to-end and reliability tiers on every
-Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
+Slurm release of the matrix, each on a test stack of its own (tests/conftest.py), then the
+real-framework tier (tests/frameworks: real trainings in a venv of its own, scripts/frameworks-venv.sh)
+once, on the first release of the matrix.
 
     python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
     python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's end-to-end tiers
@@ -25,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "test-artifacts" / "matrix"
 ONCE = ["tests/unit", "tests/integration", "tests/deploy"]
 PER_RELEASE = ["tests/e2e", "tests/reliability"]
+FRAMEWORKS = ["tests/frameworks"]
 
 
 def pytest(name: str, paths: list[str], env: dict[str, str]) -> int:
@@ -97,6 +100,9 @@ def main() -> int:
         env = {"RELAUNCH_TEST_SLURM": release, "RELAUNCH_RELIABILITY_RESULTS": str(results)}
         if pytest(f"slurm-{release}", PER_RELEASE, env) != 0:
             failed.append(f"Slurm {release}")
+    if not args.only_slurm_tiers:
+        if pytest("frameworks", FRAMEWORKS, {"RELAUNCH_TEST_SLURM": args.releases[0]}) != 0:
+            failed.append(f"real frameworks (Slurm {args.releases[0]})")
     table = summary(args.releases)
     if compose is not None:
         verdict = "passed" if compose[0] == 0 else f"**FAILED** (exit {compose[0]})"

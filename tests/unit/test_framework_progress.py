@@ -106,3 +106,21 @@ def test_relaunch_progress_says_why_it_sees_no_progress():
 
 def test_relaunch_progress_exits_2_on_an_unreadable_file(tmp_path):
     assert CliRunner().invoke(app, ["progress", str(tmp_path / "missing.log")]).exit_code == 2
+
+
+def test_after_the_last_step_of_a_run_the_tail_gets_the_save_allowance_not_the_step_timeout():
+    """A real HF run: after step 40 of 40 the Trainer's wind-down (and a slow teardown) is no hang."""
+    from relaunch.detector.domain import hangs
+    from relaunch.detector.tracking import _advance
+
+    frames = [f" {i * 2:d}%|█         | {i}/40 [00:0{i % 10}<00:10,  4.00it/s]" for i in range(1, 41)]
+    from relaunch.common.progress.parsing import parse_line
+
+    current, midway = None, None
+    for i, frame in enumerate(frames):
+        hang, strag = _advance(current, 0, [parse_line(frame)], 1000.0 + i)
+        current = (0, hang, strag)
+        midway = hang if i == 20 else midway
+    policy = hangs.HangPolicy()
+    assert hangs.deadline(midway, policy) == 1000.0 + 20 + policy.floor_s  # the step rhythm mid-run
+    assert hangs.deadline(current[1], policy) >= 1000.0 + 39 + policy.checkpoint_s

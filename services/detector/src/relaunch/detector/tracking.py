@@ -377,6 +377,10 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
             hang = hangs.observe_progress(hang, None, at, keep=hang_keep)
         else:
             hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep)
+            if mark.total and mark.step is not None and mark.step >= mark.total:
+                # The training loop is over (step N of N): the final save, evaluation and teardown that
+                # follow have no step rhythm, so they get the checkpoint-save allowance, not the step timeout.
+                hang = hangs.observe_checkpoint(hang, "started", at)
             points.append(mark)
     return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 

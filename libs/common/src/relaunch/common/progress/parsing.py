@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 MAX_LINE = 8192
@@ -73,6 +73,10 @@ class ProgressPoint:
     preset: str
     health: Health | None = field(default=None, compare=False)
     """Loss and friends where the line prints them (not part of equality: a point is its progress)."""
+    total: int | None = field(default=None, compare=False)
+    """The run's last step, where the line prints it as a global count (HF's bar, Megatron's `N/ M`,
+    plain `step N/M`; not Lightning's bar, whose total is one epoch's): at step == total the training
+    loop is over and what follows (final save, evaluation, teardown) is no step rhythm."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ _CHECKPOINTS: tuple[tuple[str, re.Pattern[str], CheckpointPhase, str], ...] = (
 )
 
 # --- progress lines ---------------------------------------------------------------------------
-_MEGATRON_ITER = re.compile(r"iteration\s*([0-9]+)\s*/\s*[0-9]+\s*\|")
+_MEGATRON_ITER = re.compile(r"iteration\s*([0-9]+)\s*/\s*([0-9]+)\s*\|")
 _MEGATRON_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
 _MEGATRON_RATE = (  # first found wins; a job prints the same fields on every line, so its unit is stable
     re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM),
@@ -307,7 +311,7 @@ def _megatron(text: str, rank: int | None) -> ProgressPoint | None:
                     loss_scale=_value(_MEGATRON_SCALE, text, pos), skipped=_int(_MEGATRON_SKIPPED, text, pos),
                     nan_iterations=_int(_MEGATRON_NAN, text, pos))
     return ProgressPoint(int(m[1]), _first(_MEGATRON_RATE, text, m.end()),
-                         float(ms[1]) / 1000.0 if ms else None, rank, "megatron", health)
+                         float(ms[1]) / 1000.0 if ms else None, rank, "megatron", health, int(m[2]))
 
 
 def _nemo(text: str, rank: int | None) -> ProgressPoint | None:
@@ -390,8 +394,9 @@ def _plain(text: str, rank: int | None) -> ProgressPoint | None:
     loss = _float(m[3])
     t = _PLAIN_TIME.search(text, m.end())
     if t and float(t[1]) > 0:
-        return ProgressPoint(int(m[1]), 1.0 / float(t[1]), float(t[1]), rank, "plain", Health(loss=loss))
-    return ProgressPoint(int(m[1]), _first((_PLAIN_RATE,), text, m.end()), None, rank, "plain", Health(loss=loss))
+        return ProgressPoint(int(m[1]), 1.0 / float(t[1]), float(t[1]), rank, "plain", Health(loss=loss), int(m[2]))
+    return ProgressPoint(int(m[1]), _first((_PLAIN_RATE,), text, m.end()), None, rank, "plain", Health(loss=loss),
+                         int(m[2]))
 
 
 def _hf_trainer(text: str, rank: int | None) -> ProgressPoint | None:
@@ -407,7 +412,7 @@ def _hf_trainer(text: str, rank: int | None) -> ProgressPoint | None:
         # shards: 50%|") is not the Trainer's
         m = _HF_BAR.match(text, _prefix_end(text))
         if m:
-            return _bar_point(int(m[1]), m[3], rank, "hf_trainer")
+            return replace(_bar_point(int(m[1]), m[3], rank, "hf_trainer"), total=int(m[2]))
     return None
 
 
