@@ -114,11 +114,14 @@ def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, framewo
     jobs = {case.name: _submit(case, services, frameworks_python) for case in CASES}
     settled: dict[str, dict] = {}
     deadline = time.monotonic() + 600
-    while len(settled) < len(CASES) and time.monotonic() < deadline:
-        for case in CASES:
-            if case.name not in settled and (found := _outcome(jobs[case.name])) is not None:
-                settled[case.name] = found
-        time.sleep(2)
+    try:
+        while len(settled) < len(CASES) and time.monotonic() < deadline:
+            for case in CASES:
+                if case.name not in settled and (found := _outcome(jobs[case.name])) is not None:
+                    settled[case.name] = found
+            time.sleep(2)
+    finally:  # a hung training left behind would outlive the test stack's slurmd
+        subprocess.run(["scancel", *jobs.values()], check=False)
     rows, failures = [], []
     for case in CASES:
         found = settled.get(case.name)
