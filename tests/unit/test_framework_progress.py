@@ -124,3 +124,19 @@ def test_after_the_last_step_of_a_run_the_tail_gets_the_save_allowance_not_the_s
     policy = hangs.HangPolicy()
     assert hangs.deadline(midway, policy) == 1000.0 + 20 + policy.floor_s  # the step rhythm mid-run
     assert hangs.deadline(current[1], policy) >= 1000.0 + 39 + policy.checkpoint_s
+
+
+def test_the_progress_thread_ends_quietly_when_the_interpreter_shuts_its_executors_down(monkeypatch):
+    """Seen in the real-framework tier: at exit the SDK's thread printed 'RuntimeError: cannot schedule new
+    futures after shutdown' into a healthy HF job's log, and relaunch restarted the job for it."""
+    import concurrent.futures.thread as cft
+    import threading
+
+    from relaunch.client.progress import ProgressReporter
+
+    raised: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    monkeypatch.setattr(cft, "_shutdown", True)  # what interpreter exit does to every thread pool
+    reporter = ProgressReporter("nats://127.0.0.1:1", "c", "1")
+    reporter._thread.join(30)
+    assert not reporter._thread.is_alive() and raised == []

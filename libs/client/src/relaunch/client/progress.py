@@ -67,7 +67,15 @@ class ProgressReporter:
         nc = None
         loop = asyncio.get_running_loop()
         while True:
-            record = await loop.run_in_executor(None, self._queue.get)
+            try:
+                record = await loop.run_in_executor(None, self._queue.get)
+            except RuntimeError:
+                # The interpreter is exiting and has shut its executors down ("cannot schedule new futures
+                # after shutdown"): stop quietly. A traceback here lands in the job's log, where relaunch
+                # would read it as the job's own crash (the real-framework tier caught a healthy HF run
+                # restarted for it).
+                self.dropped += self._queue.qsize()
+                break
             if record is None:
                 break
             try:
