@@ -62,7 +62,9 @@ CASES = [
          env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="hang", decision="restart",
          summary_has="since step 9"),
     Case("ddp rank stuck, pg timeout 3 s", "ddp", "30", R + ",max_attempts=2",
-         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1", "PG_TIMEOUT": "3"}, kind="crash",
+         # the collective times out after 3 s (a crash, but only a victim's view, so the detector waits for
+         # the job's end); when the job then lingers past the hang floor, the hang is declared first
+         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1", "PG_TIMEOUT": "3"}, kind="crash|hang",
          decision="restart"),
     Case("ddp DataLoader worker killed", "ddp", "30", R + ",max_attempts=2",
          env={"FAULT": "worker", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash",
@@ -148,7 +150,7 @@ def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, framewo
         problems = []
         if case.kind is None and anomalies:
             problems.append(f"flagged a healthy run: {first['category']}: {first['summary'][:200]}")
-        if case.kind is not None and (first is None or first["kind"] != case.kind):
+        if case.kind is not None and (first is None or first["kind"] not in case.kind.split("|")):
             problems.append(f"expected a {case.kind}, got {first and (first['kind'], first['signature_id'])}")
         if first is not None and case.signature and case.signature not in first["signature_id"]:
             problems.append(f"expected signature {case.signature}, got {first['signature_id']}")

@@ -22,6 +22,9 @@ from . import settings as client_settings
 
 log = logging.getLogger(__name__)
 
+POLL_S = 0.05
+"""How often the publishing thread looks at the queue when it is empty (a report waits at most this long)."""
+
 
 class ProgressReporter:
     def __init__(self, nats_url: str, cluster: str, job_id: str, node: str | None = None,
@@ -65,17 +68,16 @@ class ProgressReporter:
         from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
         nc = None
-        loop = asyncio.get_running_loop()
         while True:
+            # Polled, not waited for in an executor thread: at exit the interpreter joins every executor
+            # thread, and one blocked in queue.get() would keep a finished training from ever exiting
+            # (relaunch then declared the healthy job hung: the real-framework tier caught it). This
+            # thread is a daemon and owns no executor, so the process exits as it would without it.
             try:
-                record = await loop.run_in_executor(None, self._queue.get)
-            except RuntimeError:
-                # The interpreter is exiting and has shut its executors down ("cannot schedule new futures
-                # after shutdown"): stop quietly. A traceback here lands in the job's log, where relaunch
-                # would read it as the job's own crash (the real-framework tier caught a healthy HF run
-                # restarted for it).
-                self.dropped += self._queue.qsize()
-                break
+                record = self._queue.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(POLL_S)
+                continue
             if record is None:
                 break
             try:
