@@ -39,7 +39,7 @@ async def amain() -> None:
     observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader,
                         history_window_s=settings.history_window_s)
     reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions),
-                            drain_nodes=settings.drain_nodes)
+                            drain_nodes=settings.drain_nodes, down_lost_nodes=settings.down_lost_nodes)
     log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,
              ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 

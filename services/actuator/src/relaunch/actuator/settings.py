@@ -37,6 +37,11 @@ class ActuatorSettings(ServiceSettings):
     """Drain a node (`scontrol update NodeName=X State=DRAIN Reason="relaunch: ..."`) when an Advice
     excludes it with confirmed hardware evidence (a gpu-probe "failed" verdict, or a hardware-domain
     log signature naming it). Off: nodes are only excluded from the job. Observe mode only audits it."""
+    down_lost_nodes: bool = True
+    """Mark a lost node DOWN (`scontrol update NodeName=X State=DOWN Reason="relaunch: ..."`) when an
+    Advice excludes it because the detector found it lost (its gpu-probe silent while the job stopped)
+    and the job still holds it: otherwise Slurm keeps the job COMPLETING, away from its restart, until
+    SlurmdTimeout. At most two nodes per Advice (docs/operator-guide.md). Observe mode only audits it."""
     history_window_s: float = 900.0
     """On start-up (and on taking over the lease) the observer reads job accounting (sacct) this far
     back for opted-in jobs that ended, and were forgotten by slurmctld, while no observer was looking."""
