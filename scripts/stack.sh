@@ -243,7 +243,7 @@ ReturnToService=2
 MpiDefault=none
 SlurmdParameters=config_overrides
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=${RELAUNCH_SLURMD_TIMEOUT:-30}
 InactiveLimit=0
 MinJobAge=$MIN_JOB_AGE
 KillWait=5
@@ -423,6 +423,9 @@ use_topology() {
   for n in "${NODES[@]}"; do
     ns=$(ns_of "$n"); v=$(veth_of "$n")
     [ -e "/run/netns/$ns" ] || ip netns add "$ns" || die "could not create network namespace $ns"
+    # A link left from an earlier namespace of that name (one another mount namespace kept alive) is
+    # not this one's: made again.
+    if ip link show "$v" >/dev/null 2>&1 && ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then ip link del "$v"; fi
     if ! ip link show "$v" >/dev/null 2>&1; then
       ip link add "$v" type veth peer name eth0 netns "$ns" || die "could not create veth $v for $n"
       ip link set "$v" master "$BRIDGE"
@@ -439,7 +442,8 @@ topology_down() {  # after every process is stopped: remove what use_topology ma
     ns=$(ns_of "$n")
     [ -e "/run/netns/$ns" ] || continue
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
-    ip netns del "$ns" 2>/dev/null || true   # removes the veth pair with it
+    ip link del "$(veth_of "$n")" 2>/dev/null || true  # both ends, even if something keeps the namespace
+    ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
 }

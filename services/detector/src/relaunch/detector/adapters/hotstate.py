@@ -100,8 +100,8 @@ class HotState:
 
     async def first_report(self, cluster: str, node: str, since: float) -> bool:
         """True once per silence of `node` (the silence that began at `since`): a report is made once."""
-        return bool(await self._call(self.r.set(f"rl:silent:{cluster}:{node}", f"{since:.3f}", nx=False, get=True)
-                                     != f"{since:.3f}"))
+        before = await self._call(self.r.set(f"rl:silent:{cluster}:{node}", f"{since:.3f}", get=True))
+        return before != f"{since:.3f}"
 
     async def job(self, cluster: str, job_id: str) -> dict[str, str]:
         return await self._call(self.r.hgetall(f"rl:job:{cluster}:{job_id}"))

@@ -6,10 +6,10 @@ heartbeat, NodeHealth.interval_s): their silence, together with the job's own pr
 seconds that a host is gone (docs/reliability.md, "Faults between hosts"). Rules:
 - a node is silent when nothing came from its probe for more than MISSED heartbeat intervals (at
   least MIN_SILENCE_S); a node never heard from (no probe there) is never silent: nothing is known;
-- a silent node of a job is LOST only when the job's progress stopped too: no training step for as
-  long as the node has been silent, and for at least STALLED_STEPS of the job's own step intervals
-  (a job that keeps stepping has all its hosts: its probe alone is down, which is reported, never
-  acted on);
+- a silent node of a job is LOST only when the job's progress stopped too: no training step since
+  the node's next heartbeat was due (allowing STALLED_STEPS of the job's own step intervals and
+  SLACK_S for steps in flight), and none for at least STALLED_STEPS step intervals (a job that keeps
+  stepping has all its hosts: its probe alone is down, which is reported, never acted on);
 - a job without any progress seen is never judged on silence alone (the probe may be down): reported;
 - the lost nodes are named only when some of the job's nodes are still heard: when every node of the
   job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
@@ -29,6 +29,8 @@ MIN_SILENCE_S = 3.0
 """Never less silence than this, whatever the interval (a short GC pause or a slow publish)."""
 STALLED_STEPS = 2.0
 """The job's progress must be overdue by this many of its own (median) step intervals."""
+SLACK_S = 1.0
+"""Steps that were in flight when the host went: seen up to this long after its heartbeat was due."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,9 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
     silent = tuple(sorted(n for n, s in quiet.items() if s > 0))
     if not silent:
         return None
-    shortest = min(quiet[n] for n in silent)
+    # The latest moment the host can have gone: when the heartbeat of the most recently heard silent
+    # node was due.
+    gone_by = max(heard[n].at + heard[n].interval_s for n in silent)
     described = "; ".join(f"{n}: no gpu-probe heartbeat for {quiet[n]:.1f} s (one every "
                           f"{heard[n].interval_s:g} s)" for n in silent)
     if progress.at is None:
@@ -80,7 +84,7 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
     stalled = now - progress.at
     step_s = statistics.median(progress.intervals) if progress.intervals else 0.0
     at_step = f" (step {progress.step})" if progress.step is not None else ""
-    if stalled < shortest or stalled < STALLED_STEPS * step_s:
+    if progress.at > gone_by + STALLED_STEPS * step_s + SLACK_S or stalled < STALLED_STEPS * step_s:
         return Verdict("probe_silent", silent, silent,
                        f"{described}; the job's last step{at_step} was {stalled:.1f} s ago, so its hosts are "
                        "working: the probe alone is silent (reported, not acted on)")
