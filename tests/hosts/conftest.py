@@ -17,6 +17,7 @@ import pytest
 os.environ["RELAUNCH_TOPOLOGY"] = "hosts"
 os.environ.setdefault("RELAUNCH_SLURMD_TIMEOUT", "300")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))  # slurmjobs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))  # faults (the results table)
 
 
 def pytest_collection_modifyitems(items):

@@ -23,7 +23,12 @@ def test_nothing_is_said_while_every_node_is_heard():
 
 
 def test_a_heartbeat_a_little_late_is_not_silence():
-    assert verdict(["node1", "node2"], heard(node1=1.0, node2=5.9), Progress(NOW - 5.0, 10, (0.2,)), NOW) is None
+    assert verdict(["node1", "node2"], heard(node1=1.0, node2=3.9), Progress(NOW - 3.0, 10, (0.2,)), NOW) is None
+
+
+def test_a_job_saving_a_checkpoint_is_left_to_the_hang_watch():
+    saving = Progress(NOW - 7.5, 118, (0.2,) * 10, saving=True)
+    assert verdict(["node1", "node2"], heard(node1=0.5, node2=7.0), saving, NOW).kind == "probe_silent"
 
 
 def test_a_silent_node_whose_job_stopped_is_lost_and_named():
@@ -96,3 +101,11 @@ def test_no_advice_marks_more_than_two_nodes_down():
     conditions = {n: NodeCondition(n, "mixed", "none") for n in ("node2", "node3", "node4")}
     downs = plan_downs(advice(refs, ["node2", "node3", "node4"]), ("node1", "node2", "node3", "node4"), conditions)
     assert [d.node for d in downs] == ["node2", "node3"]
+
+
+def test_a_node_not_yet_overdue_but_not_heard_since_is_waited_for():
+    # A rack cut: node2 went silent first, node1's last heartbeat came just before the cut too.
+    assert verdict(["node1", "node2"], heard(node1=3.5, node2=4.5), Progress(NOW - 4.2, 9, (0.2,)), NOW) is None
+    # node1 spoke after node2 went: node2 alone is lost.
+    found = verdict(["node1", "node2"], heard(node1=1.0, node2=4.5), Progress(NOW - 4.2, 9, (0.2,)), NOW)
+    assert found.kind == "lost" and found.nodes == ("node2",)

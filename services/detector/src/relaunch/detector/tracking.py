@@ -280,7 +280,8 @@ class ProgressTracker:
         if data is None or data.get("attempt") != attempt:
             return lost_nodes.Progress(None)
         hang = hangs.HangState.from_dict(data["hang"])
-        return lost_nodes.Progress(hang.progress_at, hang.high_step, tuple(hang.intervals[-20:]))
+        return lost_nodes.Progress(hang.progress_at, hang.high_step, tuple(hang.intervals[-20:]),
+                                   saving=hang.save_started_at is not None)
 
     async def _publish(self, evidence_at: dt.datetime, anomaly: AnomalyDetected) -> None:
         await self.anomalies.publish(anomaly, evidence_at)

@@ -11,8 +11,11 @@ seconds that a host is gone (docs/reliability.md, "Faults between hosts"). Rules
   SLACK_S for steps in flight), and none for at least STALLED_STEPS step intervals (a job that keeps
   stepping has all its hosts: its probe alone is down, which is reported, never acted on);
 - a job without any progress seen is never judged on silence alone (the probe may be down): reported;
-- the lost nodes are named only when some of the job's nodes are still heard: when every node of the
-  job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
+- nor one saving a checkpoint (its steps stop for the save): the hang watch, which knows how long
+  saves take, judges it;
+- the lost nodes are named only when some of the job's nodes are still heard after the silent ones
+  went (a heartbeat published since then: a node merely not yet overdue proves nothing, and the
+  verdict waits for it); when every node of the job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
   names none, so that the restart excludes nothing and the job waits in the queue instead of being
   sent away from the partition (docs/policy.md).
 """
@@ -23,12 +26,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-MISSED = 3
-"""Heartbeat intervals without a NodeHealth before a node counts as silent."""
+MISSED = 2
+"""Heartbeat intervals without a NodeHealth before a node counts as silent (the job's stopped progress
+must confirm it, so one late heartbeat costs nothing)."""
 MIN_SILENCE_S = 3.0
 """Never less silence than this, whatever the interval (a short GC pause or a slow publish)."""
 STALLED_STEPS = 2.0
 """The job's progress must be overdue by this many of its own (median) step intervals."""
+JITTER_S = 0.3
+"""How early a heartbeat may come (a probe publishes every interval, give or take its sampling)."""
 SLACK_S = 1.0
 """Steps that were in flight when the host went: seen up to this long after its heartbeat was due."""
 
@@ -48,6 +54,8 @@ class Progress:
     step: int | None = None
     intervals: tuple[float, ...] = ()
     """Recent step intervals (seconds)."""
+    saving: bool = False
+    """A checkpoint save is in progress (its start line seen, not its end)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,10 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
         return Verdict("probe_silent", silent, silent,
                        f"{described}; the job reports no training progress, so a lost host cannot be told from "
                        "a stopped probe: reported, not acted on")
+    if progress.saving:
+        return Verdict("probe_silent", silent, silent,
+                       f"{described}; the job is saving a checkpoint, so its steps stop anyway: left to the hang "
+                       "watch (reported, not acted on)")
     stalled = now - progress.at
     step_s = statistics.median(progress.intervals) if progress.intervals else 0.0
     at_step = f" (step {progress.step})" if progress.step is not None else ""
@@ -88,7 +100,12 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
         return Verdict("probe_silent", silent, silent,
                        f"{described}; the job's last step{at_step} was {stalled:.1f} s ago, so its hosts are "
                        "working: the probe alone is silent (reported, not acted on)")
-    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0]
+    # Alive: heard since the silent nodes went. A node neither silent nor heard since then may be gone
+    # with them (a rack cut reaches every node at once, but their silences pass the threshold up to an
+    # interval apart): wait for it to speak or to fall silent too.
+    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at >= gone_by - JITTER_S]
+    if any(n in quiet and quiet[n] == 0 and n not in alive for n in job_nodes):
+        return None
     pace = f", about {step_s:.2g} s per step before" if step_s else ""
     if not alive:
         return Verdict("lost", (), silent,
