@@ -353,6 +353,21 @@ def render_hosts(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_fuzz(fuzz: dict | None) -> str:
+    if not fuzz:
+        return ""
+    statuses: dict[str, int] = {}
+    for counts in fuzz["by_operation"].values():
+        for status, n in counts.items():
+            statuses[status] = statuses.get(status, 0) + n
+    shown = ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
+    return "\n".join(["", "## The API under a fuzzer", "",
+                      f"`tests/reliability/test_api_fuzz.py` ({fuzz['tool']}, from the API's own OpenAPI, without a "
+                      f"token and with the operator's): {fuzz['requests']} requests to {fuzz['operations']} "
+                      f"operations, {fuzz['server_errors']} server errors; responses by status: {shown}. Every "
+                      "error was JSON with a `detail`; no request without the token changed state.", ""])
+
+
 def report() -> int:
     hosts = [json.loads(f.read_text()) for f in sorted((RESULTS_ROOT / HOSTS).glob("*.json"))]
     files = sorted(f for f in RESULTS_ROOT.glob("*/*.json") if f.parent.name != HOSTS)
@@ -365,7 +380,9 @@ def report() -> int:
         if {"fault", "trials", "jobs"} <= set(data):
             data.setdefault("slurm", f.parent.name)
             results.append(data)
-    DOC.write_text(render(results) + render_hosts(hosts))
+    fuzz = RESULTS_ROOT / "api-fuzz.json"
+    DOC.write_text(render(results) + render_hosts(hosts) + render_fuzz(json.loads(fuzz.read_text()) if fuzz.exists()
+                                                                       else None))
     print(f"wrote {DOC} from {len(results)} result files")
     return 0
 

@@ -8,6 +8,8 @@ TemporaryError, which the outcome middleware naks with that delay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import datetime as dt
 import logging
 import time
@@ -62,8 +64,11 @@ class Reconciler:
 
     def __init__(self, bus: Bus, slurm: Slurm, mode: str, holds: HoldRegistry, limit: ActionRateLimit | None,
                  partitions: frozenset[str] = frozenset(), drain_nodes: bool = False,
-                 down_lost_nodes: bool = True) -> None:
+                 down_lost_nodes: bool = True, fence: Callable[[], bool] = lambda: True) -> None:
+        """`fence()`: whether this actuator may still act (it holds the lease, coordination.py); asked
+        right before every Slurm command."""
         self.bus, self.slurm, self.mode, self.holds = bus, slurm, mode, holds
+        self.fence = fence
         self.limit, self.partitions, self.drain_nodes = limit, partitions, drain_nodes
         self.down_lost_nodes = down_lost_nodes
         self._drain_rejected: set[tuple[str, str, int, str]] = set()
@@ -99,6 +104,12 @@ class Reconciler:
         await self.holds.touch(advice.cluster, advice.job_id)  # the watchdog sees we are alive
         if p.kind == "wait":
             return again(p.detail, p.delay)
+        if not self.fence():
+            # The lease may be another actuator's by now (NATS lost mid-reconcile): take no step; the
+            # Advice goes back to the stream and the leader reconciles it from Slurm's state.
+            log.warning("advice %s/%s gen %d: not the leader any more; %s left to the leader", advice.cluster,
+                        advice.job_id, advice.generation, p.step)
+            return again("not the leader any more", 1.0)
         await self._notice(advice, p)
         return await self._take_step(advice, p, observed)
 

@@ -31,6 +31,10 @@ class ActuatorSettings(ServiceSettings):
     """The leader lease's lifetime; a standby takes over within lease_ttl_s + lease_renew_s."""
     lease_renew_s: float = 2.0
     """How often the leader renews its lease and a standby tries to take it."""
+    slurm_lost_s: float = 15.0
+    """A leader that cannot reach slurmctld (`scontrol ping`) for this long steps down, and leaves the
+    lease to a standby for `step_down_s`: one that can reach Slurm carries on (docs/reliability.md)."""
+    step_down_s: float = 60.0
     instance: str = ""
     """This actuator's name in the lease (default: host name and process id)."""
     drain_nodes: bool = False
