@@ -180,7 +180,7 @@ def test_a_lost_host_is_left_out_within_15_s_of_the_cut(services):
     until the surviving host's slurmstepd gives up telling srun (on the lost host) that its tasks
     ended, after Slurm's MessageTimeout: that case gets MessageTimeout more (reported apart)."""
     rng = random.Random(1812)
-    rows = [_trial(services, "cut", lambda nodes: nodes[rng.random() < 0.3 and 0 or 1]) for _ in range(TRIALS)]
+    rows = [_trial(services, "cut", lambda nodes: nodes[0 if rng.random() < 0.3 else 1]) for _ in range(TRIALS)]
     summary = _row(rows)
     other = [r["running_again_s"] for r in rows if not r["batch_host"]]
     batch = [r["running_again_s"] for r in rows if r["batch_host"]]
