@@ -19,8 +19,8 @@ from typing import BinaryIO, TypeVar
 from .blocks import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks
 from .classifying import Classification, classify
 from .scanning import Scanner
-from .signatures import load_catalogue
-from .scan_engines import Engine, scanner_with_engine
+from . import scanner_cache
+from .scan_engines import Engine, with_engine
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,8 +31,9 @@ MAX_THREADS = 4
 
 def load_scanner(extra_signature_files: list[str] | None = None, engine: Engine = "auto") -> Scanner:
     """The built-in catalogue, after the operator's files, with the scan engine asked for (raises
-    CatalogueError, OSError, or scan_engines.EngineUnavailable when Hyperscan is asked for by name)."""
-    return scanner_with_engine(load_catalogue(list(extra_signature_files or [])), engine)
+    CatalogueError, OSError, or scan_engines.EngineUnavailable when Hyperscan is asked for by name).
+    The scanner comes from the cache between runs when its inputs have not changed (scanner_cache)."""
+    return with_engine(scanner_cache.load(list(extra_signature_files or [])), engine)
 
 
 def classify_stream(stream: BinaryIO, scanner: Scanner, threads: int | None = None) -> Classification | None:

@@ -112,10 +112,22 @@ class Scanner:
         self._finder_any_case = re.compile(source, re.IGNORECASE) if source else None
         self._plan = functools.lru_cache(maxsize=4096)(self._plan_uncached)
 
+    def __getstate__(self) -> dict:
+        """What a pickled scanner keeps (scanner_cache): the derived units and finders, not the plan
+        cache nor a line finder (an engine's handle; with_line_finder adds one)."""
+        state = self.__dict__.copy()
+        state.pop("_plan", None)
+        state["line_finder"], state["engine"] = None, "python"
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._plan = functools.lru_cache(maxsize=4096)(self._plan_uncached)
+
     def with_line_finder(self, line_finder: LineFinder, engine: str) -> Scanner:
         """This scanner with a line finder: a shallow copy, since building the units costs ~0.2 s."""
         twin = copy.copy(self)
-        twin.line_finder, twin.engine = line_finder, engine
+        twin.__dict__.update(line_finder=line_finder, engine=engine)
         return twin
 
     def explaining_patterns(self) -> list[re.Pattern[str]]:
