@@ -41,7 +41,7 @@ _LOADED: dict[str, Scanner] = {}
 _FORMAT = b"relaunch-scanner-1"
 _ALLOWED = {
     ("relaunch.common.diagnosis.scanner_cache", "LazyPattern"), ("builtins", "frozenset"), ("builtins", "set"), ("builtins", "dict"),
-    ("builtins", "tuple"), ("builtins", "list"), ("copyreg", "_reconstructor"), ("builtins", "object"),
+    ("builtins", "tuple"), ("builtins", "list"),
     ("relaunch.common.diagnosis.signatures", "Signature"), ("relaunch.common.diagnosis.signatures", "Locator"),
     ("relaunch.common.diagnosis.signatures", "Catalogue"), ("relaunch.common.diagnosis.scanning", "Scanner"),
 }
