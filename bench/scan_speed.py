@@ -24,7 +24,7 @@ exits 1 when classify is slower than grep, or did not find the planted failures 
 the latter).
 
     python bench/scan_speed.py [--log /tmp/train-512.log] [--mib 512] [--runs 3] [--python-runs 1]
-                               [--catalogue-grep] [--no-target]
+                               [--catalogue-grep] [--before OTHER/.venv/bin/relaunch] [--no-target]
 """
 
 from __future__ import annotations
@@ -256,6 +256,8 @@ def main() -> int:
     ap.add_argument("--grep-sample-mib", type=float, default=0.25)
     ap.add_argument("--patterns", type=Path, default=COMMON_PATTERNS, help="the target grep's ERE file")
     ap.add_argument("--catalogue-grep", action="store_true", help="also time grep over the whole catalogue as ERE")
+    ap.add_argument("--before", type=Path, help="another `relaunch` executable (e.g. main's checkout's "
+                    ".venv/bin/relaunch) timed in the same rounds: before and after in one run")
     ap.add_argument("--no-target", action="store_true", help="exit 0 even when classify is slower than grep")
     args = ap.parse_args()
 
@@ -275,8 +277,11 @@ def main() -> int:
     runs([relaunch, "classify", "--json", str(tiny)], 1, 1)  # builds the engine's cache if it is cold
     startup = runs([relaunch, "classify", "--json", str(tiny)], args.runs, 1)
     common = [grep, "-E", "-c", "-f", str(args.patterns), str(args.log)]
-    classify, grep_common = side_by_side([([relaunch, "classify", "--json", str(args.log)], None),
-                                          (common, grep_env)], args.runs, size, args.grep_timeout)
+    rounds = [([relaunch, "classify", "--json", str(args.log)], None), (common, grep_env)]
+    if args.before:
+        rounds += [([str(args.before), "classify", "--json", str(args.log)], None),
+                   ([str(args.before), "classify", "--json", str(tiny)], None)]
+    classify, grep_common, *before = side_by_side(rounds, args.runs, size, args.grep_timeout)
     grep_ere = grep_sample = grep_literals = None
     if args.catalogue_grep:
         grep_ere = runs([grep, "-E", "-i", "-c", "-f", patterns["file"], str(args.log)], args.runs, size,
@@ -313,6 +318,15 @@ def main() -> int:
         "planted_failures_found": found, "target_met": target_met,
         "python_engine_same_output": python_engine["stdout"] == classify["stdout"] if python_engine else None,
     }
+    if before:
+        whole, start = before
+        report["before"] = {
+            "relaunch": str(args.before), "classify": _public(whole), "classify_startup_tiny_file": _public(start),
+            "same_output": whole["stdout"] == classify["stdout"],
+            "ratio_classify_over_grep": round(whole["wall_s_median"] / grep_wall, 3),
+            "ratio_classify_over_grep_cpu": round(whole["cpu_s_median"] / grep_common["cpu_s_median"], 3),
+            "ratio_after_over_before": round(classify["wall_s_median"] / whole["wall_s_median"], 3),
+            "ratio_after_over_before_cpu": round(classify["cpu_s_median"] / whole["cpu_s_median"], 3)}
     if args.catalogue_grep:
         literal_wall = grep_literals.get("wall_s_best") or grep_literals["timed_out_after_s"]
         report.update({
