@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import httpx
-from prometheus_client import Histogram
 
 from relaunch.common.errors import PermanentError, TemporaryError
 
@@ -38,12 +37,11 @@ from ..domain.rest_values import (
     usable_nodes_from,
 )
 from ..domain.slurm_values import Unreadable
-from .slurm import _PERMANENT_MARKERS, AccountingDisabled, JobGone, Slurm
+from .slurm import _PERMANENT_MARKERS, SLURM_SECONDS, AccountingDisabled, JobGone, Slurm
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request (every poll) says nothing new
 
-REST_SECONDS = Histogram("relaunch_slurmrestd_request_seconds", "Latency of slurmrestd requests", ["request"])
 _MORE_PERMANENT = ("Job has already finished", "Requested operation is presently disabled")
 
 
@@ -100,7 +98,8 @@ class SlurmRest:
             raise TemporaryError(f"slurmrestd at {self.url} unreachable: {type(exc).__name__}: {exc}",
                                  delay=2.0) from exc
         finally:
-            REST_SECONDS.labels(label).observe(time.monotonic() - started)
+            # The CLI adapter's histogram, "slurmrestd <request>" beside "squeue", "scontrol requeuehold"...
+            SLURM_SECONDS.labels(f"slurmrestd {label}").observe(time.monotonic() - started)
         try:
             answer: Any = response.json()
         except ValueError:

@@ -82,7 +82,8 @@ def observed_from_rest(job: dict) -> Observed:
         num_nodes=number(count, "node_count") if count is not None else None,
         submitted=_when(job.get("submit_time"), "submit_time"),
         started=_when(job.get("start_time"), "start_time"),
-        ended=_when(job.get("end_time"), "end_time"),
+        # A pending job's end_time is Slurm's estimate (start + time limit); scontrol says Unknown.
+        ended=None if state == "PENDING" else _when(job.get("end_time"), "end_time"),
         exit_code=_code_signal(job.get("exit_code")),
     )
 
