@@ -7,14 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurmjobs import sbatch, wait_until, job_fields
+from slurmjobs import job_fields, sbatch, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.parametrize("slurm_api", ["rest"], indirect=True)  # the CLI adapter has no token
 def test_the_token_is_in_its_file_only(services, slurm_api):
-    if slurm_api != "rest":
-        pytest.skip("the CLI adapter has no token")
     run = Path(services["RELAUNCH_RUN_DIR"])
     token_file = Path(services["RELAUNCH_SLURMRESTD_TOKEN_FILE"])
     assert token_file.stat().st_mode & 0o777 == 0o600
