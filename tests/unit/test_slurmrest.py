@@ -127,3 +127,44 @@ def test_nodes_and_partitions(release):
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_unknown_job_says_so_in_slurms_words(release):
     assert "Invalid job id specified" in error_text(load(release, "job-missing"))
+
+
+def test_the_adapter_is_chosen_by_setting_and_rest_says_what_it_lacks(monkeypatch, tmp_path):
+    from relaunch.actuator.adapters.slurm import Slurm
+    from relaunch.actuator.adapters.slurmrest import SlurmRest
+    from relaunch.actuator.slurm_access import slurm_adapter
+    from relaunch.common.settings import CommonSettings
+
+    for key in [k for k in __import__("os").environ if k.startswith(("RELAUNCH_SLURMRESTD_", "RELAUNCH_SLURM_API"))]:
+        monkeypatch.delenv(key)
+    assert type(slurm_adapter(CommonSettings())) is Slurm  # cli is the default
+    monkeypatch.setenv("RELAUNCH_SLURM_API", "rest")
+    with pytest.raises(PermanentError, match="RELAUNCH_SLURMRESTD_URL is not set"):
+        slurm_adapter(CommonSettings())
+    monkeypatch.setenv("RELAUNCH_SLURMRESTD_URL", "https://slurm-restapi.slurm:6820")
+    with pytest.raises(PermanentError, match="RELAUNCH_SLURMRESTD_TOKEN_FILE is not set"):
+        slurm_adapter(CommonSettings())
+    monkeypatch.setenv("RELAUNCH_SLURMRESTD_TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setenv("RELAUNCH_SLURMRESTD_CA_FILE", str(tmp_path / "missing-ca.crt"))
+    with pytest.raises(PermanentError, match="not a readable PEM CA bundle"):
+        slurm_adapter(CommonSettings())
+    monkeypatch.setenv("RELAUNCH_SLURMRESTD_CLI_FALLBACK", "true")
+    monkeypatch.delenv("RELAUNCH_SLURMRESTD_CA_FILE")
+    rest = slurm_adapter(CommonSettings())
+    assert isinstance(rest, SlurmRest) and isinstance(rest.cli, Slurm)
+    monkeypatch.setenv("RELAUNCH_SLURMRESTD_TOKN_FILE", "x")
+    with pytest.raises(ValueError, match="unknown setting"):
+        slurm_adapter(CommonSettings())
+
+
+def test_the_token_file_is_read_whole_with_or_without_scontrols_prefix(tmp_path):
+    from relaunch.actuator.adapters.slurmrest import SlurmRest
+
+    token = tmp_path / "token"
+    token.write_text("SLURM_JWT=eyJabc.def.ghi\n")
+    rest = SlurmRest("http://127.0.0.1:1", str(token))
+    assert rest._read_token() == "eyJabc.def.ghi"
+    token.write_text("eyJnew.token.here")
+    import os
+    os.utime(token, (1, 1))  # a new mtime: the file is read again
+    assert rest._read_token() == "eyJnew.token.here"

@@ -58,7 +58,10 @@ class SlurmRest:
         self.cli = cli_fallback
         verify: bool | ssl.SSLContext = tls_verify
         if ca_file and tls_verify:
-            verify = ssl.create_default_context(cafile=ca_file)
+            try:
+                verify = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise PermanentError(f"RELAUNCH_SLURMRESTD_CA_FILE {ca_file}: not a readable PEM CA bundle: {exc}") from exc
         self.http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, verify=verify, transport=transport)
         self._token: tuple[float, str] | None = None
         self._api: Api | None = None
