@@ -206,7 +206,6 @@ jwt_conf() {
 
 make_jwt_key() {
   [ "$SLURM_API" = rest ] || return 0
-  [ -n "$SLURM_RELEASE" ] || die "SLURM_API=rest needs Slurm 24.11 or 26.05 (make up SLURM=24.11 SLURM_API=rest): relaunch reads slurmrestd's data_parser v0.0.40 and later, and 22.05 has v0.0.38"
   mkdir -p "$(dirname "$JWT_KEY")"; chmod 700 "$(dirname "$JWT_KEY")"
   [ -s "$JWT_KEY" ] || { (umask 077; head -c 32 /dev/urandom > "$JWT_KEY"); }
   chmod 600 "$JWT_KEY"
@@ -462,6 +461,9 @@ services_down() {
 }
 
 infra_up() {
+  if [ "$SLURM_API" = rest ] && [ -z "$SLURM_RELEASE" ]; then
+    die "SLURM_API=rest needs Slurm 24.11 or 26.05 (make up SLURM=24.11 SLURM_API=rest): relaunch reads slurmrestd's data_parser v0.0.40 and later, and 22.05 has v0.0.38"
+  fi
   mkdir -p "$RUN/log" "$RUN/pids" "$RUN/jobs"
   # The bearer token for state-changing API calls (relaunch jobs mode ... --token-file $RUN/api-token).
   [ -s "$RUN/api-token" ] || { (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/api-token"); }
