@@ -62,6 +62,8 @@ def test_every_reconcile_step_has_a_request_except_requeue_before_26_05(release)
                                                                                    None)
     drain = rest_call(drain_argv("node2", "relaunch: xid 79"), a, 0)
     assert drain.path == f"/slurm/{v}/node/node2" and drain.body == {"state": ["DRAIN"], "reason": "relaunch: xid 79"}
+    down = rest_call(drain_argv("node3", "relaunch: lost", "DOWN"), a, 0)
+    assert down.body == {"state": ["DOWN"], "reason": "relaunch: lost"}
     if release == "24.11":
         assert calls["requeuehold"] is None
     else:

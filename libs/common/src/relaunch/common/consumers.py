@@ -62,6 +62,9 @@ DETECTOR_PROGRESS = Consumer("detector", subjects.DETECTOR_PROGRESS, ProgressRep
 DETECTOR_JOBS = Consumer("detector", subjects.DETECTOR_JOBS, JobObserved,
                          "The scheduler's view of each job: what to follow, failures Slurm reports.",
                          per_subject=True, batch=64)
+DETECTOR_NODES = Consumer("detector", subjects.DETECTOR_NODES, NodeHealth,
+                          "gpu-probe heartbeats: a node whose probe falls silent while its job stops is lost.",
+                          batch=64)
 # Jobs decided concurrently (a decision mostly waits on Postgres, and 1,000 failures at once must all
 # be decided within seconds); safe, as between replicas: each holds its job's row lock.
 DECIDER_JOBS = Consumer("decider", subjects.DECIDER_JOBS, JobObserved, "Job observations, into the ledger.",
@@ -75,7 +78,7 @@ DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-pro
 ACTUATOR_ADVICE = Consumer("actuator", subjects.ACTUATOR_ADVICE, Advice,
                            "Advice: reconciled against Slurm, acked only at a terminal outcome.")
 
-ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DECIDER_JOBS, DECIDER_ANOMALIES,
+ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS, DECIDER_ANOMALIES,
                              DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE)
 
 

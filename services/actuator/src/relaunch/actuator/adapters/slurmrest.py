@@ -146,6 +146,16 @@ class SlurmRest:
         await self.api()
         return self._release
 
+    async def reachable(self) -> bool:
+        """Whether slurmctld answers (`GET /slurm/V/ping/`, through slurmrestd): the leader steps down
+        when it does not, for long (main.py). slurmrestd itself unreachable counts as not answering."""
+        try:
+            api = await self.api()
+            pings = (await self._get(f"/slurm/{api.slurm}/ping/", "ping")).get("pings") or []
+        except (TemporaryError, PermanentError):
+            return False
+        return any(isinstance(p, dict) and (p.get("responding") is True or p.get("pinged") == "UP") for p in pings)
+
     async def list_jobs(self) -> dict:
         """Every job slurmctld still knows (finished ones too), in squeue --json's shape."""
         api = await self.api()

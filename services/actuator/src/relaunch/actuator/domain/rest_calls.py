@@ -16,6 +16,7 @@ on Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md, "Through slurmrestd"):
 | scontrol update JobId=J ExcNodeList=a,b | POST /slurm/V/job/J {"excluded_nodes": [a, b]} | yes | yes |
 | scancel J | DELETE /slurm/V/job/J | yes | yes |
 | scontrol update NodeName=N State=DRAIN Reason=R | POST /slurm/V/node/N {"state": ["DRAIN"], "reason": R} | yes | yes |
+| scontrol update NodeName=N State=DOWN Reason=R (a lost node) | POST /slurm/V/node/N {"state": ["DOWN"], "reason": R} | yes | yes |
 
 Where the API has no form for a command (requeue before v0.0.45), `rest_call` returns None and the
 adapter either runs the command itself (RELAUNCH_SLURMRESTD_CLI_FALLBACK) or refuses the step for good.
@@ -127,8 +128,8 @@ def _node_changes(changes: list[str]) -> dict[str, Any]:
     body: dict[str, Any] = {}
     for change in changes:
         key, _, value = change.partition("=")
-        if key == "State" and value == "DRAIN":
-            body["state"] = ["DRAIN"]
+        if key == "State" and value in ("DRAIN", "DOWN"):
+            body["state"] = [value]
         elif key == "Reason":
             body["reason"] = check(REASON, value, "drain reason")
         else:

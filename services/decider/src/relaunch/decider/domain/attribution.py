@@ -3,7 +3,8 @@
 The evidence, and the confidence each gives (the highest of a node's reasons counts; docs/policy.md):
   0.9   gpu-probe read the node as failed in the window around the failure (an XID, ECC, a lost GPU)
   0.8   the failing log line names the node and its signature says the fault is the node's
-        (action restart_excluding: an XID, an ECC error in the log), or a straggler's slow rank ran on it
+        (action restart_excluding: an XID, an ECC error in the log), a straggler's slow rank ran on it,
+        or the node was lost (its gpu-probe fell silent while the job's progress stopped)
   0.75  the node was left out by relaunch for HISTORY_JOBS other jobs within HISTORY_WINDOW (older
         exclusions do not count: the history decays)
   0.7   a hardware or infrastructure error in the log names the node (a NCCL/IB error's host); an
@@ -131,6 +132,8 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
     if node_fault or anomaly.fault_domain in ("hardware", "infrastructure"):
         named = [n for n in anomaly.nodes if n in members]
         what = (f"straggler: the slow rank ran on it ({anomaly.summary[:200]})" if anomaly.kind == "straggler"
+                else f"lost: its gpu-probe fell silent while the job stopped ({anomaly.summary[:200]})"
+                if anomaly.source == "node"
                 else f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
         spared: dict[str, str] = {}
         pairs = ib_pairs((e.text for e in anomaly.evidence), members)
