@@ -6,7 +6,10 @@ PY := .venv/bin/python
 # The Slurm release of the local stack (docs/slurm-versions.md): 22.05 (the host's packages on
 # Debian 12, the default), 24.11 (Debian 13) or 26.05 (Debian sid), run from a release root.
 SLURM ?=
-STACK := RELAUNCH_SLURM=$(or $(SLURM),host)
+# How the actuator reaches Slurm (contract): cli (its commands, the default) or rest (slurmrestd of the
+# same release, JWT auth; SLURM=24.11 or 26.05): make up SLURM=24.11 SLURM_API=rest.
+SLURM_API ?=
+STACK := RELAUNCH_SLURM=$(or $(SLURM),host) RELAUNCH_SLURM_API=$(SLURM_API)
 SLURM_RELEASES := 22.05 24.11 26.05
 
 .PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load reliability fixtures
@@ -23,6 +26,7 @@ help:
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
 	@echo "SLURM=22.05|24.11|26.05 on setup/up/down/status/demo picks the Slurm release (default: the host's)"
+	@echo "SLURM_API=rest on up/demo/bench: the actuator talks to slurmrestd (started too) instead of running Slurm's commands"
 
 setup:
 	@RELAUNCH_SLURM=$(SLURM) bash scripts/setup.sh

@@ -2,6 +2,7 @@
 # A Slurm release for the local stack (docs/slurm-versions.md):
 #
 #   scripts/slurm-root.sh build VERSION    make (once) and print the release root of VERSION
+#                                          (a root made before a package joined PACKAGES gets it added)
 #   scripts/slurm-root.sh path VERSION     print where that root is (built or not)
 #   scripts/slurm-root.sh mount VERSION DIR...   bind-mount DIRs into the root at the same paths
 #   scripts/slurm-root.sh remove VERSION   unmount everything in the root, then delete it
@@ -30,13 +31,34 @@ suite_of() {
 
 root_of() { echo "$CACHE/slurm-roots/$1"; }
 
+# What a root holds. slurm-wlm-jwt-plugin: auth/jwt for slurmctld and slurmdbd, so that slurmrestd's
+# clients (the actuator with SLURM_API=rest) can authenticate with a token.
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurmrestd slurm-wlm-jwt-plugin munge procps)
+APT=(apt-get -o Acquire::Check-Valid-Until=false -q)  # sid's Release file is seen as expired; harmless on trixie
+
+# A root built before a package joined PACKAGES: install what is missing in place (additive, so a
+# stack running from the root is not disturbed), one process at a time.
+add_missing() {
+  local v=$1 root p missing=(); root=$(root_of "$v")
+  for p in "${PACKAGES[@]}"; do chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  [ "$(id -u)" = 0 ] || die "the Slurm $v root lacks ${missing[*]}; adding them needs root (make setup SLURM=$v as root)"
+  say "adding ${missing[*]} to the Slurm $v root"
+  (
+    flock 9
+    chroot "$root" "${APT[@]}" update >>"$root.build.log" 2>&1 \
+      && DEBIAN_FRONTEND=noninteractive chroot "$root" "${APT[@]}" install -y --no-install-recommends "${missing[@]}" \
+        >>"$root.build.log" 2>&1 && chroot "$root" apt-get clean
+  ) 9>"$root.lock" || { tail -20 "$root.build.log" >&2; die "adding ${missing[*]} to the Slurm $v root failed"; }
+}
+
 # The marker tells wrappers that they already run inside this root (a job script's srun, say).
 MARKER=.relaunch-slurm-root
 
 build() {
   local v=$1 suite root tmp
   suite=$(suite_of "$v"); root=$(root_of "$v")
-  if [ -f "$root/$MARKER" ]; then echo "$root"; return 0; fi
+  if [ -f "$root/$MARKER" ]; then add_missing "$v"; echo "$root"; return 0; fi
   [ "$(id -u)" = 0 ] || die "building the Slurm $v root needs root (debootstrap, chroot); run make setup SLURM=$v as root"
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
@@ -55,11 +77,9 @@ build() {
     || { tail -20 "$tmp.log" >&2; die "debootstrap $suite failed (log above; mirror $mirror)"; }
   mount --bind /proc "$tmp/proc"
   cp /etc/hosts "$tmp/etc/hosts"   # minbase has none; slurmctld must resolve localhost
-  # sid's Release file is seen as expired by apt; trixie's is not, and the option is harmless there.
-  local apt=(apt-get -o Acquire::Check-Valid-Until=false -q)
-  chroot "$tmp" "${apt[@]}" update >>"$tmp.log" 2>&1 || { tail -20 "$tmp.log" >&2; die "apt-get update in the $v root failed"; }
-  DEBIAN_FRONTEND=noninteractive chroot "$tmp" "${apt[@]}" install -y --no-install-recommends \
-    slurmctld slurmd slurm-client slurmdbd slurmrestd munge procps >>"$tmp.log" 2>&1 \
+  chroot "$tmp" "${APT[@]}" update >>"$tmp.log" 2>&1 || { tail -20 "$tmp.log" >&2; die "apt-get update in the $v root failed"; }
+  DEBIAN_FRONTEND=noninteractive chroot "$tmp" "${APT[@]}" install -y --no-install-recommends \
+    "${PACKAGES[@]}" >>"$tmp.log" 2>&1 \
     || { tail -20 "$tmp.log" >&2; die "installing Slurm in the $v root failed"; }
   chroot "$tmp" apt-get clean
   local got; got=$(chroot "$tmp" /usr/sbin/slurmctld -V | awk '{print $2}')

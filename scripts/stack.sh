@@ -4,7 +4,7 @@
 # keeps every attempt after slurmctld forgets the job) and the relaunch services, on loopback, state under $RUN.
 #
 #   scripts/stack.sh up | down | infra-up | services-up | services-down | status
-#   scripts/stack.sh stop nats|redis|postgres|slurmctld|slurmdbd   (one server, for fault tests; infra-up restarts it)
+#   scripts/stack.sh stop nats|redis|postgres|slurmctld|slurmdbd|slurmrestd   (one server, for fault tests; infra-up restarts it)
 #   scripts/stack.sh cut NODE | heal NODE      (contract: the node's link down / up again; hosts topology)
 #   scripts/stack.sh freeze NODE | thaw NODE   (every process of that host stopped / continued)
 #   scripts/stack.sh kill NODE | revive NODE   (every process of that host killed / its slurmd and probe started)
@@ -18,7 +18,9 @@
 # Environment: RELAUNCH_RUN_DIR (default .run), RELAUNCH_PORT_BASE (default 14000),
 # RELAUNCH_CLUSTER (default local), RELAUNCH_SLURM (the Slurm release: empty for the host's
 # packages, or 24.11 / 26.05, run from a release root that scripts/slurm-root.sh builds; `make up
-# SLURM=24.11` sets it; docs/slurm-versions.md). Ports are PORT_BASE + fixed offsets (see below), so a second
+# SLURM=24.11` sets it; docs/slurm-versions.md), RELAUNCH_SLURM_API (cli, the default, or rest: the
+# cluster also takes JWTs (auth/jwt), slurmrestd runs from the same release on loopback, and the
+# actuator and watchdog talk to it; `make up SLURM=24.11 SLURM_API=rest`). Ports are PORT_BASE + fixed offsets (see below), so a second
 # stack (the tests use .run/test and 24000) never collides with the first. Safe to run twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ PY=$REPO/.venv/bin/python
 
 NATS_PORT=$((B + 222)); NATS_MON=$((B + 822)); REDIS_PORT=$((B + 379)); PG_PORT=$((B + 432))
 CTLD_PORT=$((B + 817)); SLURMD_PORT=$((B + 818)); NODE_PORT0=$((B + 900)); API_PORT=$((B + 80))
-MARIADB_PORT=$((B + 306)); DBD_PORT=$((B + 819))
+MARIADB_PORT=$((B + 306)); DBD_PORT=$((B + 819)); REST_PORT=$((B + 820))
 # How long slurmctld keeps a finished job (then only sacct knows it); Slurm's default is 300 s.
 MIN_JOB_AGE=${RELAUNCH_SLURM_MIN_JOB_AGE:-300}
 HEALTH_DETECTOR=$((B + 91)); HEALTH_DECIDER=$((B + 92)); HEALTH_ACTUATOR=$((B + 93)); HEALTH_PROBE0=$((B + 93))
@@ -46,6 +48,12 @@ case "$SLURM_RELEASE" in ""|24.11|26.05) ;; 22.05)
   *) echo "[stack] unknown Slurm release '$SLURM_RELEASE': use 22.05 (the host's), 24.11 or 26.05" >&2; exit 2 ;;
 esac
 SLURM_BIN=$RUN/slurm/bin
+# How the actuator and watchdog reach Slurm: cli (its commands) or rest (slurmrestd, JWT). Unset: what
+# this run folder was started with. The infrastructure starts slurmrestd when it is rest.
+SLURM_API=${RELAUNCH_SLURM_API:-$(cat "$RUN/slurm/api" 2>/dev/null || echo cli)}
+case "$SLURM_API" in cli|rest) ;; *) echo "[stack] unknown SLURM_API '$SLURM_API': use cli or rest" >&2; exit 2 ;; esac
+JWT_KEY=$RUN/slurm/jwt/jwt_hs256.key
+REST_TOKEN=$RUN/slurm/jwt/relaunch.token
 
 # The topology this run folder was made with, unless asked for (a restart after a fault test keeps it).
 TOPOLOGY=${RELAUNCH_TOPOLOGY:-$(cat "$RUN/topology" 2>/dev/null || echo local)}
@@ -124,6 +132,17 @@ export RELAUNCH_API_TOKEN_FILE=$RUN/api-token
 export RELAUNCH_NATS_USER=cli
 export RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/cli.pass
 export RELAUNCH_SLURM=${SLURM_RELEASE:-host}
+export RELAUNCH_SLURM_API=$SLURM_API
+ENV
+  if [ "$SLURM_API" = rest ]; then cat >> "$RUN/env" <<ENV
+# slurmrestd of this stack (docs/slurm-versions.md, "Through slurmrestd"); the token is in the file only.
+export RELAUNCH_SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
+export RELAUNCH_SLURMRESTD_TOKEN_FILE=$REST_TOKEN
+# Requeue has no endpoint before Slurm 26.05: there, that one step runs scontrol (this host has it).
+export RELAUNCH_SLURMRESTD_CLI_FALLBACK=true
+ENV
+  fi
+  cat >> "$RUN/env" <<ENV
 export PATH=${SLURM_RELEASE:+$SLURM_BIN:}$REPO/.venv/bin:\$PATH
 ENV
 }
@@ -193,6 +212,47 @@ have_accounting() {
     && command -v mariadb-install-db >/dev/null
 }
 
+# --- slurmrestd (RELAUNCH_SLURM_API=rest; docs/slurm-versions.md, "Through slurmrestd") ----------
+# slurmctld and slurmdbd also accept JWTs signed with a key in the run folder (auth/jwt beside munge);
+# slurmrestd runs from the same release, as an unprivileged user (recent releases refuse root and
+# SlurmUser), on loopback, and forwards each request's token. The actuator's token is minted by
+# `scontrol token` straight into a 0600 file: never on a command line, in the environment or a log.
+REST_UID=65534  # nobody/nogroup in every Debian root; by number: 26.05's slurmrestd does not resolve the name
+REST_TOKEN_LIFESPAN=${RELAUNCH_SLURMRESTD_TOKEN_LIFESPAN:-2592000}
+jwt_conf() {
+  [ "$SLURM_API" = rest ] || return 0
+  printf 'AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=%s\n' "$JWT_KEY"
+}
+
+make_jwt_key() {
+  [ "$SLURM_API" = rest ] || return 0
+  mkdir -p "$(dirname "$JWT_KEY")"; chmod 700 "$(dirname "$JWT_KEY")"
+  [ -s "$JWT_KEY" ] || { (umask 077; head -c 32 /dev/urandom > "$JWT_KEY"); }
+  chmod 600 "$JWT_KEY"
+}
+
+rest_ok() { "$PY" -c "import sys,urllib.request,urllib.error
+try: urllib.request.urlopen(sys.argv[1], timeout=2)
+except urllib.error.HTTPError: pass" "http://127.0.0.1:$REST_PORT/openapi/v3"; }
+
+start_slurmrestd() {
+  [ "$SLURM_API" = rest ] || return 0
+  if ! alive "$RUN/pids/slurmrestd.pid"; then
+    port_free "$REST_PORT"
+    # SLURM_JWT=daemon: slurmrestd takes each client's token and forwards it (rest_auth/jwt).
+    ( export SLURM_JWT=daemon; exec setsid nohup slurmrestd -u "$REST_UID" -g "$REST_UID" -a rest_auth/jwt "127.0.0.1:$REST_PORT" >>"$RUN/log/slurmrestd.log" 2>&1 ) &
+    echo $! > "$RUN/pids/slurmrestd.pid"
+    wait_for "slurmrestd (log: $RUN/log/slurmrestd.log)" 20 rest_ok
+  fi
+  # An operator-level token for relaunch: SlurmUser's (the stack runs Slurm as $(id -un)); on a real
+  # cluster it is a user with AdminLevel=Operator (docs/install-kubernetes.md).
+  if [ ! -s "$REST_TOKEN" ] || [ -n "$(find "$REST_TOKEN" -mmin +$((REST_TOKEN_LIFESPAN / 120)) 2>/dev/null)" ]; then
+    (umask 077; scontrol token lifespan="$REST_TOKEN_LIFESPAN" username="$(id -un)" > "$REST_TOKEN.new") \
+      || die "scontrol token failed (is auth/jwt on in $RUN/slurm/slurm.conf?)"
+    mv "$REST_TOKEN.new" "$REST_TOKEN"
+  fi
+}
+
 write_slurm_conf() {
   local S=$RUN/slurm user; user=$(id -un)
   mkdir -p "$S/state" "$S/log" "$S/munge" "${NODES[@]/#/$S/spool/}"
@@ -223,6 +283,7 @@ SlurmUser=$user
 SlurmdUser=$user
 AuthType=auth/munge
 AuthInfo=socket=$S/munge/munge.socket
+$(jwt_conf)
 CredType=cred/munge
 StateSaveLocation=$S/state
 SlurmdSpoolDir=$S/spool/%n
@@ -298,6 +359,7 @@ start_slurmdbd() {  # after munged, before slurmctld
 # Generated by scripts/stack.sh: slurmdbd on the stack's private MariaDB (TCP, never the default socket).
 AuthType=auth/munge
 AuthInfo=socket=$S/munge/munge.socket
+$(jwt_conf)
 DbdHost=localhost
 DbdPort=$DBD_PORT
 SlurmUser=$user
@@ -356,7 +418,7 @@ use_release() {
     say "the stack in $RUN ran Slurm $had before: starting Slurm $want with a fresh controller state and accounting database"
     rm -rf "$RUN/slurm/state"; WIPE_ACCOUNTING=1
   fi
-  mkdir -p "$RUN/slurm"; echo "$want" > "$RUN/slurm/release"
+  mkdir -p "$RUN/slurm"; echo "$want" > "$RUN/slurm/release"; echo "$SLURM_API" > "$RUN/slurm/api"
   if [ -z "$SLURM_RELEASE" ]; then rm -rf "$SLURM_BIN"; return 0; fi
   [ "$(id -u)" = 0 ] || die "Slurm $SLURM_RELEASE runs from a release root, which needs root (chroot)"
   local root; root=$(bash "$REPO/scripts/slurm-root.sh" path "$SLURM_RELEASE")
@@ -378,6 +440,7 @@ start_slurm() {
       --pid-file="$RUN/pids/munged.pid" --seed-file="$S/munge/munged.seed" || die "munged did not start"
     wait_for "munge" 10 bash -c "munge -S '$S/munge/munge.socket' -n | unmunge -S '$S/munge/munge.socket'"
   fi
+  make_jwt_key
   start_slurmdbd
   alive "$RUN/pids/slurmctld.pid" || { port_free "$CTLD_PORT"; slurmctld; } || die "slurmctld did not start: see $S/log/slurmctld.log"
   wait_for "slurmctld" 20 bash -c "scontrol ping | grep -q UP"
@@ -386,6 +449,7 @@ start_slurm() {
   done
   wait_for "4 idle Slurm nodes" 30 bash -c \
     "[ \$(sinfo -h -N -o '%N %t' | grep -cvE 'down|unk|drain|fail') -ge 4 ]"
+  start_slurmrestd
 }
 
 start_service() {  # name, health url, command...  (HOST=nodeX: in that node's namespace, hosts topology)
@@ -393,7 +457,7 @@ start_service() {  # name, health url, command...  (HOST=nodeX: in that node's n
   alive "$RUN/pids/$name.pid" && return 0
   [ "$TOPOLOGY" = hosts ] && [ -n "$host" ] && pre=(nsenter --net="/run/netns/$(ns_of "$host")")
   # Each service connects to NATS as its own user (named like the service).
-  ( set -a; . "$RUN/env"; RELAUNCH_NATS_USER=$name; RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/$name.pass; set +a
+  ( set -a; . "$RUN/env"; RELAUNCH_SLURM_API=$SLURM_API; RELAUNCH_NATS_USER=$name; RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/$name.pass; set +a
     exec "${pre[@]}" setsid nohup "$@" >>"$RUN/log/$name.log" 2>&1 ) &
   echo $! > "$RUN/pids/$name.pid"
   STARTED+=("$name|$url|$host")
@@ -499,6 +563,9 @@ services_down() {
 }
 
 infra_up() {
+  if [ "$SLURM_API" = rest ] && [ -z "$SLURM_RELEASE" ]; then
+    die "SLURM_API=rest needs Slurm 24.11 or 26.05 (make up SLURM=24.11 SLURM_API=rest): relaunch reads slurmrestd's data_parser v0.0.40 and later, and 22.05 has v0.0.38"
+  fi
   mkdir -p "$RUN/log" "$RUN/pids" "$RUN/jobs"
   # The bearer token for state-changing API calls (relaunch jobs mode ... --token-file $RUN/api-token).
   [ -s "$RUN/api-token" ] || { (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/api-token"); }
@@ -514,7 +581,7 @@ down() {
   [ -d "$RUN/pids" ] || { say "nothing to stop in $RUN"; return 0; }
   services_down
   export SLURM_CONF=$RUN/slurm/slurm.conf
-  for f in "$RUN"/pids/slurmd-*.pid "$RUN/pids/slurmctld.pid" "$RUN/pids/slurmdbd.pid" "$RUN/pids/mariadb.pid" \
+  for f in "$RUN/pids/slurmrestd.pid" "$RUN"/pids/slurmd-*.pid "$RUN/pids/slurmctld.pid" "$RUN/pids/slurmdbd.pid" "$RUN/pids/mariadb.pid" \
            "$RUN/pids/munged.pid" "$RUN/pids/redis.pid" "$RUN/pids/nats.pid"; do
     [ -e "$f" ] && stop_pidfile "$f"
   done
@@ -528,12 +595,12 @@ down() {
 
 stop_server() {  # one infrastructure server, for fault tests (tests/reliability); infra-up starts it again
   case "${1:-}" in
-    nats|redis|slurmctld|slurmdbd) stop_pidfile "$RUN/pids/$1.pid" ;;
+    nats|redis|slurmctld|slurmdbd|slurmrestd) stop_pidfile "$RUN/pids/$1.pid" ;;
     postgres)
       local pgdata; pgdata=$(pg_dir)/data
       as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" status >/dev/null 2>&1 && as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null
       return 0 ;;
-    *) die "usage: $0 stop nats|redis|postgres|slurmctld|slurmdbd" ;;
+    *) die "usage: $0 stop nats|redis|postgres|slurmctld|slurmdbd|slurmrestd" ;;
   esac
 }
 

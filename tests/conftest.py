@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -36,9 +38,56 @@ STACK_ENV = {
 }
 
 
+# The 24.11 and 26.05 test stacks also run slurmrestd (auth/jwt on, scripts/stack.sh), so that the
+# tests taking the `slurm_api` fixture run through both Slurm adapters on one stack; the services
+# start with the CLI adapter, and switch for the tests of the rest form only.
+REST_RELEASES = ("24.11", "26.05")
+INFRA_API = "rest" if SLURM in REST_RELEASES else "cli"
+_api_in_use = {"api": "cli"}
+
+
 def _stack(*args: str) -> None:
+    infra = {"RELAUNCH_SLURM_API": INFRA_API} if args[:1] == ("infra-up",) else {}
     subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], check=True, timeout=300,
-                   env={**os.environ, **STACK_ENV})
+                   env={**os.environ, **STACK_ENV, **infra})
+
+
+def _stop(service: str) -> None:
+    """A clean stop (SIGTERM: the actuator hands its lease back), SIGKILL after 20 s."""
+    pid_file = RUN / "pids" / f"{service}.pid"
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, signal.SIGTERM)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return
+    end = time.monotonic() + 20
+    while time.monotonic() < end and Path(f"/proc/{pid}").exists():
+        if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+            break
+        time.sleep(0.1)
+    else:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+
+
+def use_slurm_api(api: str) -> None:
+    """Run the actuator and the watchdog with this Slurm adapter (restarting them when it changes).
+    Later `stack.sh services-up` calls (a test restarting a killed actuator) keep it."""
+    os.environ["RELAUNCH_SLURM_API"] = api
+    if _api_in_use["api"] == api:
+        return
+    log = RUN / "log" / "actuator.log"
+    seen = log.stat().st_size if log.exists() else 0
+    for service in ("actuator", "watchdog"):
+        _stop(service)
+    _stack("services-up")
+    _api_in_use["api"] = api
+    if api == "rest":  # the new actuator really talks to slurmrestd (it logs the version it found)
+        end = time.monotonic() + 30
+        while "data_parser v0.0.4" not in log.read_text(errors="replace")[seen:]:
+            assert time.monotonic() < end, f"the actuator did not reach slurmrestd (see {log})"
+            time.sleep(0.2)
 
 
 def _read_env(path: Path) -> dict[str, str]:
@@ -53,6 +102,7 @@ def _read_env(path: Path) -> dict[str, str]:
     # Tests that need an API token set it themselves; leaking the stack's into the process would
     # change what unit tests of the API see.
     env.pop("RELAUNCH_API_TOKEN_FILE", None)
+    env["RELAUNCH_SLURM_API"] = "cli"  # the services' default here; `slurm_api` switches it
     # The suite acts as the operator: NATS user admin (every subject). The services run as their own
     # users; tests/reliability/test_permissions_*.py prove what those may not do.
     env["RELAUNCH_NATS_USER"] = "admin"
@@ -84,9 +134,29 @@ def test_stack():
 @pytest.fixture(scope="session")
 def services(test_stack):
     """The relaunch services running against the test stack (stopped at the end of the session)."""
+    os.environ["RELAUNCH_SLURM_API"] = _api_in_use["api"] = "cli"
     _stack("services-up")
     yield test_stack
     _stack("services-down")
+
+
+@pytest.fixture(scope="session", params=["cli", "rest"])
+def slurm_api(request, services):
+    """One contract, two adapters: a test taking this fixture runs with the actuator and watchdog on
+    Slurm's commands (cli) and on slurmrestd (rest; 24.11 and 26.05 stacks). Session-scoped, so pytest
+    runs each adapter's tests together and the services restart about twice per session."""
+    if request.param == "rest" and SLURM not in REST_RELEASES:
+        pytest.skip(f"slurmrestd runs on the {' and '.join(REST_RELEASES)} test stacks (relaunch reads data_parser "
+                    "v0.0.40 and later; Slurm 22.05 has v0.0.38)")
+    use_slurm_api(request.param)
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _services_on_cli_unless_asked(request):
+    """A test that uses the services without asking for an adapter gets the default one (cli)."""
+    if "services" in request.fixturenames and "slurm_api" not in request.fixturenames:
+        use_slurm_api("cli")
 
 
 @pytest.fixture

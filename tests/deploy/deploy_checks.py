@@ -22,7 +22,10 @@ SERVICE_SETTINGS = {
     "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
     "RELAUNCH_API_": ("relaunch.api.settings", "ApiSettings"),
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
+    # slurmrestd, read by the actuator and the watchdog when RELAUNCH_SLURM_API=rest (not an entry point).
+    "RELAUNCH_SLURMRESTD_": ("relaunch.actuator.settings", "SlurmRestSettings"),
 }
+NOT_SERVICES = {"SlurmRestSettings"}
 # Read straight from the environment by the relaunch CLI (relaunch demo), not by a settings class.
 CLI_ONLY = {"RELAUNCH_RUN_DIR"}
 
@@ -67,7 +70,8 @@ def runnable_module(module: str) -> bool:
 
 # Each entry point a deployment runs -> the settings class of that service (whose `backends` says
 # which RELAUNCH_*_URL it cannot start without: relaunch.common.settings.require_backends).
-ENTRY_POINTS = {module.removesuffix(".settings"): (module, name) for module, name in SERVICE_SETTINGS.values()}
+ENTRY_POINTS = {module.removesuffix(".settings"): (module, name) for module, name in SERVICE_SETTINGS.values()
+                if name not in NOT_SERVICES}
 
 
 def entry_point(command) -> str | None:

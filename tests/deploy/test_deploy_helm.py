@@ -68,6 +68,11 @@ VALUE_SETS: dict[str, dict] = {
         },
     },
     "munge-off": {"actuator": {"slurm": {"munge": {"enabled": False}, "existingConfigMap": "slurm-config"}}},
+    # Beside Slinky: slurmrestd with a token Secret; no slurm.conf, no munge (docs/install-kubernetes.md).
+    "slinky": {"actuator": {"mode": "act", "slurm": {"api": "rest", "rest": {"url": "http://slurm-restapi.slurm:6820"}}}},
+    "slinky-tls": {"actuator": {"slurm": {"api": "rest", "conf": SLURM_CONF, "rest": {
+        "url": "https://slurm-restapi.slurm:6820", "tokenSecret": "slurm-token-relaunch", "tokenSecretKey": "auth-token",
+        "caSecret": "slurm-restapi-ca", "userName": "relaunch"}}}},
     "nats-users-tls": {"natsAuth": {"existingSecret": "relaunch-nats-users"},
                        "natsTls": {"existingSecret": "relaunch-nats-tls", "clientCert": True},
                        "watchdog": {"enabled": True, "command": ["python", "-m", "relaunch.actuator.watchdog"]}},
@@ -353,6 +358,40 @@ def test_munge_sidecar_can_be_left_out(rendered):
     spec = one(rendered["munge-off"], "Deployment", "relaunch-actuator")["spec"]["template"]["spec"]
     assert "initContainers" not in spec
     assert {v["name"] for v in spec["volumes"]} == {"tmp", "slurm-conf"}
+
+
+@pytest.mark.parametrize("value_set", ["slinky", "slinky-tls"])
+def test_slinky_form_reaches_slurmrestd_with_a_token_file_and_no_munge(rendered, value_set):
+    objects = rendered[value_set]
+    assert not find(objects, "ConfigMap", "relaunch-slurm"), "no slurm.conf is needed (nor rendered) with slurmrestd"
+    for name in ("relaunch-actuator", "relaunch-watchdog"):
+        spec = one(objects, "Deployment", name)["spec"]["template"]["spec"]
+        assert "initContainers" not in spec, "no munge sidecar"
+        (container,) = spec["containers"]
+        env = env_of(container)
+        assert "SLURM_CONF" not in env and env["RELAUNCH_SLURM_API"]["value"] == "rest"
+        assert env["RELAUNCH_SLURMRESTD_URL"]["value"].endswith("slurm-restapi.slurm:6820")
+        assert not any("TOKEN" in e and "value" in env[e] and "/" not in env[e]["value"] for e in env), \
+            "the token itself is never an environment value"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        token = env["RELAUNCH_SLURMRESTD_TOKEN_FILE"]["value"]
+        assert token.startswith(mounts["slurmrestd-token"]["mountPath"] + "/") and mounts["slurmrestd-token"]["readOnly"]
+        secret = volumes["slurmrestd-token"]["secret"]
+        assert secret["items"][0]["path"] == token.rsplit("/", 1)[1]
+        assert not {"munge-socket", "munge-key", "slurm-conf"} & set(volumes)
+        if value_set == "slinky-tls":
+            assert secret["secretName"] == "slurm-token-relaunch"
+            assert volumes["slurmrestd-ca"]["secret"]["secretName"] == "slurm-restapi-ca"
+            assert env["RELAUNCH_SLURMRESTD_CA_FILE"]["value"].startswith(mounts["slurmrestd-ca"]["mountPath"])
+            assert env["RELAUNCH_SLURMRESTD_USER_NAME"]["value"] == "relaunch"
+        else:
+            assert secret["secretName"] == "relaunch-slurm-token" and "RELAUNCH_SLURMRESTD_CA_FILE" not in env
+
+
+def test_slinky_form_without_a_url_says_what_to_set():
+    with pytest.raises(helm.HelmError, match="actuator.slurm.rest.url"):
+        render({"actuator": {"slurm": {"api": "rest"}}})
 
 
 def test_detector_mounts_job_logs_read_only_at_their_own_path(rendered):

@@ -38,7 +38,7 @@ def node_condition(node: str) -> tuple[str, str]:
     return state, reason
 
 
-def test_hardware_fault_drains_the_node_with_a_reason_naming_relaunch(services):
+def test_hardware_fault_drains_the_node_with_a_reason_naming_relaunch(services, slurm_api):
     restart_actuator(services, RELAUNCH_ACTUATOR_DRAIN_NODES="true")
     bad = None
     try:

@@ -41,16 +41,16 @@ def assert_restarted_once_without_the_bad_node(job: str) -> None:
 
 
 @pytest.mark.parametrize("step", ["requeuehold", "exclude", "release"])
-async def test_actuator_killed_after_each_step_restarts_exactly_once(services, step):
+async def test_actuator_killed_after_each_step_restarts_exactly_once(services, slurm_api, step):
     job = await submit_and_wait_for_step(services, step)
     kill9(services, "actuator")
     stack(services, "services-up")  # a fresh actuator: it waits out the dead one's lease, then resumes
     assert_restarted_once_without_the_bad_node(job)
 
 
-async def test_standby_converges_when_the_leader_dies(services):
+async def test_standby_converges_when_the_leader_dies(services, slurm_api):
     env = {**os.environ, **services, "RELAUNCH_ACTUATOR_HEALTH_PORT": str(int(services["RELAUNCH_PORT_BASE"]) + 99),
-           "RELAUNCH_ACTUATOR_INSTANCE": "standby"}
+           "RELAUNCH_ACTUATOR_INSTANCE": "standby", "RELAUNCH_SLURM_API": slurm_api}
     log = open(os.path.join(services["RELAUNCH_RUN_DIR"], "log", "actuator-standby.log"), "ab")
     standby = subprocess.Popen([sys.executable, "-m", "relaunch.actuator"], env=env, stdout=log, stderr=log,
                                cwd=REPO)
@@ -66,7 +66,7 @@ async def test_standby_converges_when_the_leader_dies(services):
         stack(services, "services-up")
 
 
-async def test_watchdog_releases_a_held_job_when_no_actuator_is_left(services):
+async def test_watchdog_releases_a_held_job_when_no_actuator_is_left(services, slurm_api):
     job = await submit_and_wait_for_step(services, "requeuehold")
     kill9(services, "actuator")
     try:

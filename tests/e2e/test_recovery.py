@@ -16,7 +16,7 @@ def sbatch(env: dict, comment: str, **job_env: str) -> str:
     return slurmjobs.sbatch(env, "flaky-train.sh", comment, STEP_SECONDS="0.2", **job_env)
 
 
-def test_segfault_is_restarted_once_and_the_job_completes(services):
+def test_segfault_is_restarted_once_and_the_job_completes(services, slurm_api):
     job = sbatch(services, "relaunch:max_attempts=2")
     fields = wait_until("the job to complete", lambda: (f := job_fields(job))["JobState"] == "COMPLETED" and f)
     assert fields["Restarts"] == "1", "ran exactly twice"
@@ -44,7 +44,7 @@ def test_segfault_is_restarted_once_and_the_job_completes(services):
     assert "Segmentation fault" in anomaly["evidence"][0]["text"]
 
 
-def test_max_attempts_1_is_not_restarted_and_the_ledger_says_why(services):
+def test_max_attempts_1_is_not_restarted_and_the_ledger_says_why(services, slurm_api):
     job = sbatch(services, "relaunch:max_attempts=1", FAIL_ATTEMPTS="5")
     wait_until("the job to fail", lambda: job_fields(job)["JobState"] == "FAILED")
     record = wait_until("the decision", lambda: (r := ledger(job)) and r["job"]["verdict"] == "stopped" and r)
@@ -55,7 +55,7 @@ def test_max_attempts_1_is_not_restarted_and_the_ledger_says_why(services):
     assert job_fields(job)["Restarts"] == "0" and job_fields(job)["JobState"] == "FAILED"
 
 
-def test_nccl_timeout_and_unexplained_failures_are_recognised(services):
+def test_nccl_timeout_and_unexplained_failures_are_recognised(services, slurm_api):
     nccl = sbatch(services, "relaunch:max_attempts=2",
                   CRASH_LINE="[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
                              "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.")

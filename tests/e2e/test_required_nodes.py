@@ -17,7 +17,7 @@ LINE = ("transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer {p
         "opcode 0, len 0, vendor err 129 (Recv)")
 
 
-def test_an_exclusion_of_a_required_node_is_dropped_and_the_job_completes(services):
+def test_an_exclusion_of_a_required_node_is_dropped_and_the_job_completes(services, slurm_api):
     job = sbatch(services, "flaky-train.sh", "relaunch:max_attempts=2", "--nodes=2", "-w", "node1,node2",
                  STEP_SECONDS="0.3", CRASH_LINE=LINE)
     final = wait_until("the restarted attempt to complete",

@@ -49,7 +49,7 @@ def final_attempt(job: str):
     return attempts and attempts[-1]["state"] in ("FAILED", "COMPLETED") and attempts[-1]
 
 
-def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_the_job(services):
+def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_the_job(services, slurm_api):
     sacct = subprocess.run(["sacct", "-n", "-X", "-S", "now-60"], capture_output=True, text=True)
     assert sacct.returncode == 0, f"the test stack runs without job accounting: {sacct.stderr}"
     actuator = int((Path(services["RELAUNCH_RUN_DIR"]) / "pids" / "actuator.pid").read_text())

@@ -15,7 +15,7 @@ from relaunch.actuator.domain.hostlists import expand
 pytestmark = pytest.mark.e2e
 
 
-def test_xid79_on_node2_restarts_the_job_without_node2(services):
+def test_xid79_on_node2_restarts_the_job_without_node2(services, slurm_api):
     job = sbatch(services, "flaky-train.sh", "relaunch:max_attempts=2", "--nodes=2", STEP_SECONDS="2")
     fields = wait_until("the job to run on two nodes", lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f)
     nodes = expand(fields["NodeList"])

@@ -215,16 +215,64 @@ livenessProbe:
 {{- end }}
 {{- end }}
 
+{{- define "relaunch.slurmRest" -}}
+{{- eq .Values.actuator.slurm.api "rest" | ternary "true" "" }}
+{{- end }}
+
 {{- define "relaunch.slurmEnv" -}}
+{{- $s := .Values.actuator.slurm }}
+{{- if include "relaunch.slurmRest" . }}
+- name: RELAUNCH_SLURM_API
+  value: rest
+- name: RELAUNCH_SLURMRESTD_URL
+  value: {{ required "actuator.slurm.rest.url: slurmrestd's URL (Slinky: http://slurm-restapi.slurm:6820)" $s.rest.url | quote }}
+- name: RELAUNCH_SLURMRESTD_TOKEN_FILE
+  value: {{ printf "/var/run/secrets/relaunch/slurmrestd/%s" $s.rest.tokenSecretKey | quote }}
+- name: RELAUNCH_SLURMRESTD_TLS_VERIFY
+  value: {{ $s.rest.tlsVerify | quote }}
+- name: RELAUNCH_SLURMRESTD_TIMEOUT_S
+  value: {{ $s.rest.timeoutSeconds | quote }}
+{{- with $s.rest.userName }}
+- name: RELAUNCH_SLURMRESTD_USER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- if $s.rest.caSecret }}
+- name: RELAUNCH_SLURMRESTD_CA_FILE
+  value: /var/run/secrets/relaunch/slurmrestd-ca/ca.crt
+{{- end }}
+{{- else }}
 - name: SLURM_CONF
-  value: {{ printf "%s/slurm.conf" (trimSuffix "/" .Values.actuator.slurm.mountPath) | quote }}
+  value: {{ printf "%s/slurm.conf" (trimSuffix "/" $s.mountPath) | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "relaunch.mungeOn" -}}
+{{- and (not (include "relaunch.slurmRest" .)) .Values.actuator.slurm.munge.enabled | ternary "true" "" }}
 {{- end }}
 
 {{- define "relaunch.slurmVolumes" -}}
+{{- if include "relaunch.slurmRest" . }}
+- name: slurmrestd-token
+  secret:
+    secretName: {{ required "actuator.slurm.rest.tokenSecret: name the Secret holding relaunch's slurmrestd token" .Values.actuator.slurm.rest.tokenSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.actuator.slurm.rest.tokenSecretKey }}
+        path: {{ .Values.actuator.slurm.rest.tokenSecretKey }}
+{{- with .Values.actuator.slurm.rest.caSecret }}
+- name: slurmrestd-ca
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- else }}
 - name: slurm-conf
   configMap:
     name: {{ include "relaunch.slurmConfigMapName" . }}
-{{- if .Values.actuator.slurm.munge.enabled }}
+{{- end }}
+{{- if include "relaunch.mungeOn" . }}
 - name: munge-socket
   emptyDir:
     medium: Memory
@@ -244,10 +292,21 @@ livenessProbe:
 {{- end }}
 
 {{- define "relaunch.slurmMounts" -}}
+{{- if include "relaunch.slurmRest" . }}
+- name: slurmrestd-token
+  mountPath: /var/run/secrets/relaunch/slurmrestd
+  readOnly: true
+{{- if .Values.actuator.slurm.rest.caSecret }}
+- name: slurmrestd-ca
+  mountPath: /var/run/secrets/relaunch/slurmrestd-ca
+  readOnly: true
+{{- end }}
+{{- else }}
 - name: slurm-conf
   mountPath: {{ .Values.actuator.slurm.mountPath }}
   readOnly: true
-{{- if .Values.actuator.slurm.munge.enabled }}
+{{- end }}
+{{- if include "relaunch.mungeOn" . }}
 - name: munge-socket
   mountPath: /run/munge
 {{- end }}
@@ -258,7 +317,7 @@ uid and unreadable by others, which a Secret volume (a symlink, root-owned) is n
 container copies it. Its directories are emptyDirs (world-writable, no sticky bit), which munged
 also calls insecure: --force turns those refusals into warnings. */}}
 {{- define "relaunch.mungeInitContainers" -}}
-{{- if .Values.actuator.slurm.munge.enabled }}
+{{- if include "relaunch.mungeOn" . }}
 - name: munge-key
   {{- include "relaunch.image" . | nindent 2 }}
   command: ["sh", "-c", "install -m 0400 /run/munge-key-secret/munge.key /run/munge-key/munge.key"]

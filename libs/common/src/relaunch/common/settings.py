@@ -5,7 +5,7 @@ Every field is documented beside its default. Unknown keys in a settings file ar
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,6 +25,10 @@ class CommonSettings(BaseSettings):
     """Where the relaunch API listens (used by the CLI)."""
     cluster: str = "local"
     """Slurm cluster name; a subject token, so letters, digits, '_' and '-' only."""
+    slurm_api: Literal["cli", "rest"] = "cli"
+    """How the actuator and its watchdog reach Slurm: cli runs Slurm's commands (scontrol, squeue, sacct,
+    sinfo; a head node with munge); rest talks to slurmrestd (RELAUNCH_SLURMRESTD_*: a pod beside
+    Slinky, no Slurm clients, no munge). docs/slurm-versions.md says which steps each release offers."""
     log_level: str = "INFO"
     """Python logging level for the service."""
     otlp_endpoint: str = ""

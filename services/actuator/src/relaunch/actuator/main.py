@@ -19,9 +19,9 @@ from relaunch.common.settings import CommonSettings, load_settings, require_back
 
 from .adapters.coordination import HoldRegistry, Lease
 from .adapters.ratelimit import ActionRateLimit
-from .adapters.slurm import Slurm
 from .handlers import Observer, Reconciler, handle_advice
 from .settings import ActuatorSettings
+from .slurm_access import slurm_adapter
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ async def amain() -> None:
     setup_logging("actuator", common.log_level)
     setup_tracing("actuator", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "actuator")
-    slurm = Slurm(timeout_s=settings.slurm_timeout_s)
+    slurm = slurm_adapter(common, settings.slurm_timeout_s)
     instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"
     lease = Lease(bus.js, common.cluster, instance, settings.lease_ttl_s, settings.lease_renew_s)
     limit = ActionRateLimit(common.redis_url, common.cluster, settings.actions_per_minute, settings.actions_burst)

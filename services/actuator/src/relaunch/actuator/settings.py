@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from relaunch.common.settings import ServiceSettings
 
@@ -49,3 +49,27 @@ class ActuatorSettings(ServiceSettings):
     history_window_s: float = 900.0
     """On start-up (and on taking over the lease) the observer reads job accounting (sacct) this far
     back for opted-in jobs that ended, and were forgotten by slurmctld, while no observer was looking."""
+
+
+class SlurmRestSettings(BaseSettings):
+    """RELAUNCH_SLURMRESTD_* environment variables: slurmrestd, when RELAUNCH_SLURM_API=rest (actuator
+    and watchdog alike; docs/install-kubernetes.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAUNCH_SLURMRESTD_", extra="forbid", frozen=True)
+
+    url: str = ""
+    """slurmrestd's base URL, e.g. http://slurm-restapi.slurm:6820 (Slinky) or http://127.0.0.1:14820."""
+    token_file: str = ""
+    """File holding the JWT (`scontrol token` output, or the token alone; a mounted Secret). Read again
+    when it changes. A file, never the token itself: environments and command lines are visible."""
+    user_name: str = ""
+    """Sent as X-SLURM-USER-NAME; empty: the user the token was minted for (its `sun` claim)."""
+    ca_file: str = ""
+    """CA bundle (PEM) that signed slurmrestd's certificate (https URLs); empty: the system's store."""
+    tls_verify: bool = True
+    """Verify slurmrestd's certificate (https URLs). Off only for a test cluster."""
+    timeout_s: float = 8.0
+    """Timeout of one request; past it the step is retried later."""
+    cli_fallback: bool = False
+    """Steps slurmrestd does not offer (requeue before Slurm 26.05) run Slurm's command instead, which
+    needs the clients and munge on this host; off: such a step is refused and the Advice abandoned."""

@@ -11,7 +11,7 @@ from relaunch.common.settings import CommonSettings, load_settings, require_back
 from relaunch.common.telemetry import setup_tracing
 
 from ..adapters.coordination import HoldRegistry
-from ..adapters.slurm import Slurm
+from ..slurm_access import slurm_adapter
 from .settings import WatchdogSettings
 from .sweeping import Watchdog
 
@@ -25,7 +25,7 @@ async def amain() -> None:
     setup_logging("watchdog", common.log_level)
     setup_tracing("watchdog", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "watchdog")
-    watchdog = Watchdog(bus, Slurm(), HoldRegistry(bus.js), settings.mode, settings.bound_s)
+    watchdog = Watchdog(bus, slurm_adapter(common), HoldRegistry(bus.js), settings.mode, settings.bound_s)
     log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)
     await run_service("watchdog", settings.health_port, {"nats": lambda: bus.connected},
                       lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close,

@@ -1,0 +1,198 @@
+"""slurmrestd's answers turned into the values the CLI adapter's parsers give (pure).
+
+The job listing (`GET /slurm/V/jobs/`) has the very shape of `squeue --json` (the same data_parser
+prints both), so observing.read_listing reads it unchanged. The rest is mapped here onto the same
+values as `scontrol show job`, `sinfo` and `sacct` give: Observed, NodeCondition, AccountedAttempt.
+
+Quirks (seen on Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md, "Through slurmrestd"):
+- a requeue-held job shows `hold: true` and `state_reason: JobHeldUser` (scontrol says
+  `job_requeued_in_held_state`); both are holds here;
+- `standard_output` is expanded on 24.11 and a pattern (`%x-%j.out`) on 26.05, as in squeue: it is
+  expanded here the way sacct's patterns are (accounting.expand_pattern);
+- unset times are 0 or `{"set": false}`; an accounting record's comment is an object
+  (`{"job": ..., "administrator": ..., "system": ...}`), its state `{"current": [...], "reason": ...}`;
+- errors come as `{"errors": [{"error": "Invalid job id specified", "error_number": 2017, ...}]}`
+  with the same texts as the commands print.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .accounting import AccountedAttempt, expand_pattern
+from .hostlists import expand
+from .observing import HELD_REASONS, NOT_HOLDS, NodeCondition, Observed, USABLE_NODE_STATES
+from .slurm_values import Unreadable, exit_code, job_state, number, text
+
+
+def first_job(answer: dict) -> dict | None:
+    """The job of a `GET /slurm/V/job/J` answer, or None when it lists none."""
+    jobs = answer.get("jobs") if isinstance(answer, dict) else None
+    if not isinstance(jobs, list):
+        raise Unreadable("jobs", jobs)
+    return jobs[0] if jobs and isinstance(jobs[0], dict) else None
+
+
+def _when(value: Any, field: str) -> dt.datetime | None:
+    n = number(value, field) if value is not None else None
+    return dt.datetime.fromtimestamp(n, dt.UTC) if n and n > 0 else None
+
+
+def _hosts(value: Any, field: str) -> tuple[str, ...]:
+    hosts = text(value, field)
+    if hosts in ("", "(null)", "None assigned"):
+        return ()
+    try:
+        return tuple(expand(hosts))
+    except ValueError as exc:
+        raise Unreadable(field, value) from exc
+
+
+def _code_signal(value: Any) -> str:
+    """An exit code object as scontrol prints it ("1:0", "0:9"); '' when absent."""
+    if not isinstance(value, dict):
+        return ""
+    code = number(value.get("return_code", {"set": False, "number": 0}), "exit_code.return_code") or 0
+    signal = value.get("signal") or {}
+    sig = number(signal.get("id", {"set": False, "number": 0}), "exit_code.signal.id") if isinstance(signal, dict) else 0
+    return f"{code}:{sig or 0}"
+
+
+def observed_from_rest(job: dict) -> Observed:
+    """`GET /slurm/V/job/J`'s job as the reconciler sees it (the same values as observed_from_scontrol)."""
+    state, _flags = job_state(job.get("job_state"))
+    reason = text(job.get("state_reason"), "state_reason")
+    priority = number(job.get("priority"), "priority") if job.get("priority") is not None else None
+    held = state == "PENDING" and (job.get("hold") is True or reason in HELD_REASONS
+                                   or (priority == 0 and reason.split(",", 1)[0] not in NOT_HOLDS))
+    count = job.get("node_count")
+    return Observed(
+        exists=True,
+        state=state,
+        reason=reason,
+        restarts=number(job.get("restart_cnt"), "restart_cnt") or 0,
+        held=held,
+        eligible_at=_when(job.get("eligible_time"), "eligible_time"),
+        excluded=_hosts(job.get("excluded_nodes"), "excluded_nodes"),
+        nodes=_hosts(job.get("nodes"), "nodes"),
+        requeue_allowed=job.get("requeue", True) is not False,
+        partition=text(job.get("partition"), "partition"),
+        required=_hosts(job.get("required_nodes"), "required_nodes"),
+        num_nodes=number(count, "node_count") if count is not None else None,
+        submitted=_when(job.get("submit_time"), "submit_time"),
+        started=_when(job.get("start_time"), "start_time"),
+        # A pending job's end_time is Slurm's estimate (start + time limit); scontrol says Unknown.
+        ended=None if state == "PENDING" else _when(job.get("end_time"), "end_time"),
+        exit_code=_code_signal(job.get("exit_code")),
+    )
+
+
+def output_paths_of(job: dict) -> tuple[str, str]:
+    """(stdout, stderr) of a listed job, expanded as scontrol shows them ('' where a pattern cannot be)."""
+    job_id = str(job.get("job_id", ""))
+    nodes = _hosts(job.get("nodes"), "nodes") if job.get("nodes") else ()
+    values = {"j": job_id, "J": job_id, "A": job_id, "x": text(job.get("name"), "name"),
+              "u": text(job.get("user_name"), "user_name"), "N": nodes[0] if nodes else "", "n": "0", "t": "0",
+              "s": "batch"}
+    workdir = text(job.get("current_working_directory"), "current_working_directory")
+    out = text(job.get("standard_output"), "standard_output")
+    err = text(job.get("standard_error"), "standard_error")
+    stdout = expand_pattern(out or "slurm-%j.out", values, workdir)
+    return stdout, (expand_pattern(err, values, workdir) if err else stdout)
+
+
+def _node_state(node: dict) -> tuple[str, ...]:
+    state = node.get("state")
+    if isinstance(state, str):
+        return (state,)
+    if isinstance(state, list) and all(isinstance(s, str) for s in state):
+        return tuple(state)
+    raise Unreadable("state", state)
+
+
+_SHORT = {"IDLE": "idle", "MIXED": "mix", "ALLOCATED": "alloc", "COMPLETING": "comp", "RESERVED": "resv",
+          "PLANNED": "plnd"}
+_UNUSABLE_FLAGS = frozenset({"DRAIN", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "FAIL",
+                             "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DOWN"})
+
+
+def usable_nodes_from(nodes_answer: dict) -> dict[str, int]:
+    """`GET /slurm/V/nodes/` -> partition -> how many of its nodes can run jobs now (as sinfo's %t says)."""
+    usable: dict[str, int] = {}
+    for node in nodes_answer.get("nodes") or []:
+        states = _node_state(node)
+        ok = any(_SHORT.get(s) in USABLE_NODE_STATES for s in states) and not (set(states) & _UNUSABLE_FLAGS)
+        for partition in node.get("partitions") or []:
+            usable.setdefault(partition, 0)
+            usable[partition] += 1 if ok else 0
+    return usable
+
+
+def node_conditions_from(nodes_answer: dict, wanted: list[str]) -> dict[str, NodeCondition]:
+    """`GET /slurm/V/nodes/` -> node -> condition, for the nodes asked about; "drained"/"draining"
+    where DRAIN is set (what sinfo's %T says: drained when idle, draining while jobs still run)."""
+    found: dict[str, NodeCondition] = {}
+    for node in nodes_answer.get("nodes") or []:
+        name = node.get("name")
+        if name not in wanted:
+            continue
+        states = _node_state(node)
+        base = states[0].lower() if states else "unknown"
+        if "DRAIN" in states:
+            base = "drained" if base in ("idle", "down") else "draining"
+        found[name] = NodeCondition(name, base, text(node.get("reason"), "reason"))
+    return found
+
+
+def accounted_from_rest(answer: dict) -> list[AccountedAttempt]:
+    """`GET /slurmdb/V/jobs/` or `/slurmdb/V/job/J` -> one record per attempt, as parse_sacct gives them.
+    A record that cannot be read (no submit time, an unknown state shape) is skipped, as sacct lines are."""
+    records = []
+    for job in answer.get("jobs") or []:
+        try:
+            records.append(_accounted(job))
+        except (Unreadable, KeyError, TypeError, ValueError):
+            continue
+    return records
+
+
+def _accounted(job: dict) -> AccountedAttempt:
+    times = job.get("time") or {}
+    submit = _when(times.get("submission"), "time.submission")
+    if submit is None:
+        raise ValueError("no submit time")
+    state = job.get("state") or {}
+    current = job_state(state.get("current") if isinstance(state, dict) else state, "state.current")[0]
+    comment = job.get("comment")
+    comment = comment.get("job") or "" if isinstance(comment, dict) else text(comment, "comment")
+    job_id = str(job["job_id"])
+    nodes = _hosts(job.get("nodes"), "nodes")
+    values = {"j": job_id, "J": job_id, "A": job_id, "x": text(job.get("name"), "name"),
+              "u": text(job.get("user"), "user"), "N": nodes[0] if nodes else "", "n": "0", "t": "0", "s": "batch"}
+    workdir = text(job.get("working_directory"), "working_directory")
+    out, err = text(job.get("stdout"), "stdout"), text(job.get("stderr"), "stderr")
+    stdout = text(job.get("stdout_expanded"), "stdout_expanded") or expand_pattern(out or "slurm-%j.out", values,
+                                                                                   workdir)
+    stderr = text(job.get("stderr_expanded"), "stderr_expanded") or (
+        expand_pattern(err, values, workdir) if err else stdout)
+    restarts = job.get("restart_cnt")
+    return AccountedAttempt(
+        job_id=job_id, name=text(job.get("name"), "name"), state=current,
+        exit_code=exit_code(job.get("exit_code")), submit=submit, end=_when(times.get("end"), "time.end"),
+        nodes=nodes, partition=text(job.get("partition"), "partition"), comment=comment,
+        restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
+        stdout=stdout, stderr=stderr,
+    )
+
+
+def error_text(answer: Any) -> str:
+    """The errors slurmrestd reported, joined ('' when none)."""
+    errors = answer.get("errors") if isinstance(answer, dict) else None
+    if not isinstance(errors, list):
+        return ""
+    parts = []
+    for e in errors:
+        if isinstance(e, dict):
+            parts.append("; ".join(str(e[k]) for k in ("error", "description") if e.get(k)))
+    return " | ".join(p for p in parts if p)
