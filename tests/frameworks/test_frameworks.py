@@ -125,8 +125,14 @@ def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, framewo
                 if case.name not in settled and (found := _outcome(jobs[case.name])) is not None:
                     settled[case.name] = found
             time.sleep(2)
-    finally:  # a hung training left behind would outlive the test stack's slurmd
+    finally:
+        # A hung training left behind would outlive the test stack's slurmd, and Lightning catches the
+        # SIGTERM of scancel (its Slurm requeue handler): wait for Slurm's SIGKILL after KillWait.
         subprocess.run(["scancel", *jobs.values()], check=False)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and subprocess.run(
+                ["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout.strip():
+            time.sleep(1)
     rows, failures = [], []
     for case in CASES:
         found = settled.get(case.name)
