@@ -10,16 +10,13 @@ export PYTHONPATH="$FW_SCRIPTS:$FW_LIBS" TOKENIZERS_PARALLELISM=false OMP_NUM_TH
 work=$(mktemp -d)
 cd "$work" || exit 1
 bin=$(dirname "$FW_PY")
-# A bound on every training: should Slurm lose track of one (the test stack stopped under it), it still
-# ends (Lightning traps SIGTERM for its own requeue handling, so only SIGKILL is sure).
-bound="timeout -s KILL 900"
 echo "[train] attempt ${SLURM_RESTART_COUNT:-0} of $FW_RUN on $SLURMD_NODENAME"
 case "$FW_RUN" in
-  hf) $bound "$FW_PY" "$FW_SCRIPTS/hf_train.py" $FW_ARGS ;;
-  lightning) $bound "$FW_PY" "$FW_SCRIPTS/lightning_train.py" $FW_ARGS ;;
-  ddp) $bound "$bin/torchrun" --standalone --nproc_per_node 2 \
+  hf) "$FW_PY" "$FW_SCRIPTS/hf_train.py" $FW_ARGS ;;
+  lightning) "$FW_PY" "$FW_SCRIPTS/lightning_train.py" $FW_ARGS ;;
+  ddp) "$bin/torchrun" --standalone --nproc_per_node 2 \
          "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
-  ddp2) srun --kill-on-bad-exit=1 $bound "$bin/torchrun" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+  ddp2) srun --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
           --rdzv_endpoint "127.0.0.1:$((20000 + SLURM_JOB_ID % 10000))" --rdzv_id "$SLURM_JOB_ID" \
           "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
 esac
