@@ -89,7 +89,7 @@ def _submit(case: Case, env: dict, python: str) -> str:
     jobs.mkdir(exist_ok=True)
     libs = f"{REPO / 'libs' / 'common' / 'src'}:{REPO / 'libs' / 'client' / 'src'}"
     job_env = {**os.environ, "FW_PY": python, "FW_SCRIPTS": str(HERE / "scripts"), "FW_LIBS": libs,
-               "FW_RUN": case.run, "FW_ARGS": case.args, "FAULT": "", **case.env}
+               "FW_RUN": case.run, "FW_ARGS": case.args, "FW_WORK": str(jobs), "FAULT": "", **case.env}
     # one CPU each, two-rank jobs included: 4 nodes x 2 CPUs then run 8 cases side by side (the tier's
     # time is set by its slowest cases, not by queueing)
     cpus = () if "-c" in case.sbatch else ("-c", "1")
