@@ -1,7 +1,9 @@
 """`make test`: the unit, integration and deploy tiers once, the compose demo once (make demo-compose:
 deploy/compose run in a private Docker engine), the faults between hosts once (tests/hosts, the hosts
 topology), then the end-to-end and reliability tiers on every
-Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
+Slurm release of the matrix, each on a test stack of its own (tests/conftest.py), then the
+real-framework tier (tests/frameworks: real trainings in a venv of its own, scripts/frameworks-venv.sh)
+once, on the first release of the matrix.
 
     python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
     python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's end-to-end tiers
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "test-artifacts" / "matrix"
 ONCE = ["tests/unit", "tests/integration", "tests/deploy"]
 PER_RELEASE = ["tests/e2e", "tests/reliability"]
+FRAMEWORKS = ["tests/frameworks"]
 HOSTS = ["tests/hosts"]
 """Faults between hosts (docs/reliability.md): once, on the host's Slurm, in the hosts topology."""
 HOSTS_ENV = {"RELAUNCH_TEST_RUN_DIR": str(REPO / ".run" / "test-hosts"), "RELAUNCH_TEST_PORT_BASE": "27000"}
@@ -104,6 +107,9 @@ def main() -> int:
         env = {"RELAUNCH_TEST_SLURM": release, "RELAUNCH_RELIABILITY_RESULTS": str(results)}
         if pytest(f"slurm-{release}", PER_RELEASE, env) != 0:
             failed.append(f"Slurm {release}")
+    if not args.only_slurm_tiers:
+        if pytest("frameworks", FRAMEWORKS, {"RELAUNCH_TEST_SLURM": args.releases[0]}) != 0:
+            failed.append(f"real frameworks (Slurm {args.releases[0]})")
     table = summary(args.releases)
     if compose is not None:
         verdict = "passed" if compose[0] == 0 else f"**FAILED** (exit {compose[0]})"

@@ -90,6 +90,28 @@ async def test_budget_exhausted_stops_and_the_ledger_says_why(ledger, test_stack
     assert await ledger.pool.fetchval("SELECT count(*) FROM audit WHERE cluster=$1 AND action='stop'", cluster) == 1
 
 
+async def test_a_diverged_running_job_is_cancelled_and_its_verdict_says_so(ledger, test_stack, unique):
+    """Divergence (docs/policy.md, "Divergence"): a terminate Advice, and once the actuator has cancelled
+    the job the verdict is the final outcome, not "watching"."""
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, comment="relaunch"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, anomaly_id=f"{cluster}.5.0.divergence", kind="divergence",
+                                     source="progress", signature_id="divergence_nonfinite", category="divergence",
+                                     fault_domain="application", action="stop",
+                                     summary="training diverged: the loss has been NaN in 3 consecutive reports"),
+                             DELIVERY)
+    row = await ledger.pool.fetchrow("SELECT operation, reason FROM advice WHERE cluster=$1", cluster)
+    assert row["operation"] == "terminate" and "NaN" in row["reason"]
+    status = ReconcileStatus(cluster=cluster, job_id="5", generation=1, status="CONVERGED",
+                             reason="desired state observed", at=NOW)
+    await decider.on_reconcile(status, Delivery("s", 1, 78))
+    job = await ledger.pool.fetchrow("SELECT verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster)
+    assert job["verdict"] == "stopped" and job["verdict_reason"].startswith("cancelled by relaunch")
+    assert "NaN" in job["verdict_reason"]
+
+
 async def test_malformed_options_are_observed_only(ledger, unique):
     await ledger.migrate()
     cluster = f"c{unique}"

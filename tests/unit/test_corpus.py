@@ -29,8 +29,14 @@ from relaunch.common.diagnosis.scan_engines import hyperscan_importable
 CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
 
 # Ratchets: what the catalogue reached (rounded down). Raise them when it gets better, never lower them.
-ACTION_ACCURACY = 0.963
-FAULT_DOMAIN_ACCURACY = 0.945
+# Lowered once, on purpose (issue 16): a SIGKILL with no OOM line anywhere (torchrun `exitcode: -9`,
+# a DataLoader worker "killed by signal: Killed") is no longer read as the host OOM killer but as a
+# restartable kill from outside (unknown). Two excerpts here (c028, c092) are labelled "likely host OOM"
+# without an OOM line in them; on Slurm an OOM kill prints slurmstepd's oom-kill line, and a wrongly
+# restarted OOM fails again before progress and is then stopped by the no-progress rule, while a
+# wrongly stopped kill from outside loses the run.
+ACTION_ACCURACY = 0.927
+FAULT_DOMAIN_ACCURACY = 0.927
 HEALTHY_UNFLAGGED = 1.0
 NODE_ACCURACY = 1.0
 

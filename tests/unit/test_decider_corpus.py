@@ -37,6 +37,9 @@ KNOWN_CLASSIFIER_MISSES = {
     # the decider can only follow the finding. Strict: when the classifier gets one right, remove it here.
     "c011": "classified as an infrastructure CUDA illegal memory access (restart); the label says no_retry",
     "c051": "classified as a segfault of unknown cause (restart); the label says no_retry",
+    # issue 16: a SIGKILL with no OOM line is a restartable kill from outside (test_corpus.py says why)
+    "c028": "torchrun exitcode -9 without an OOM line: restarted; the label guesses host OOM (no_retry)",
+    "c092": "DataLoader worker killed by SIGKILL without an OOM line: restarted; the label guesses host OOM",
 }
 
 

@@ -48,7 +48,7 @@ FAILURES = [
     ("RuntimeError: The size of tensor a (4) must match the size of tensor b (8) at non-singleton dimension 1",
      "tensor_shape_error", "application", "stop"),
     (" iteration      900/  500000 | lm loss: nan | loss scale: 1.0 | number of nan iterations:   1 |",
-     "nan_loss", "application", "stop"),
+     "nan_loss_printed", "application", "stop"),
     ("[2024-01-01 00:00:00,000] [INFO] [loss_scaler.py:190:update_scale] Current loss scale already at minimum - "
      "cannot decrease scale anymore. Exiting run.", "nan_loss", "application", "stop"),
     ("RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
@@ -66,7 +66,7 @@ FAILURES = [
      "gpu_nvlink_error", "hardware", "restart_excluding"),
     ("srun: error: node5: task 3: Exited with exit code 93", "nvrx_do_not_restart", "application", "stop"),
     ("mpirun noticed that process rank 7 with PID 0 on node gpu7 exited on signal 9 (Killed).",
-     "process_killed_signal", "resource", "stop"),
+     "process_killed_signal", "unknown", "restart"),
     ("nvidia-container-cli: initialization error: nvml error: driver not loaded",
      "gpu_driver_unavailable", "infrastructure", "restart_excluding"),
     ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with "

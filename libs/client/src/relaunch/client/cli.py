@@ -194,6 +194,56 @@ def classify(files: list[str] = typer.Argument(..., help="Log files to classify;
         raise typer.Exit(code)
 
 
+@app.command("progress")
+def progress(files: list[str] = typer.Argument(..., help="Log files to read; - reads standard input."),
+             as_json: bool = typer.Option(False, "--json", help="One JSON object per file per line.")) -> None:
+    """Show the training progress relaunch reads from logs, offline (no server), the way its live log
+    follower reads them: the formats recognised, the steps, step time, throughput and the hang timeout
+    the job's rhythm gives. Exit 2 when a file cannot be read."""
+    from relaunch.common.progress.reading import summarize
+
+    unreadable = []
+    for name in files:
+        try:
+            if name == "-":
+                found = summarize(name, classify_command._stdin_bytes())
+            else:
+                with open(name, "rb") as stream:
+                    found = summarize(name, stream)
+        except OSError as exc:
+            unreadable.append(name)
+            err.print(f"[red]cannot read {escape(name)}[/red]: {escape(exc.strerror or str(exc))}", soft_wrap=True)
+            continue
+        if as_json:
+            print(json.dumps(found.as_json()), flush=True)
+        else:
+            _print_progress(found)
+    if unreadable:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _print_progress(found) -> None:
+    """Log text is untrusted: everything taken from it is escaped for rich's markup."""
+    data = found.as_json()
+    console.print(f"[bold]{escape(found.file)}[/bold]: " + (
+        f"{data['steps']} step(s) ({data['first_step']} .. {data['last_step']}) in "
+        f"{escape(', '.join(data['formats']))} format" if data["steps"] else "no training step recognised"),
+        soft_wrap=True)
+    if data["step_time_s"] is not None:
+        console.print(f"  step time {data['step_time_s']:.3g} s", soft_wrap=True)
+    if data["throughput"] is not None:
+        console.print(f"  throughput {data['throughput']:.4g} (in the format's own unit)", soft_wrap=True)
+    if data["hang_timeout_s"] is not None:
+        console.print(f"  hang declared after {data['hang_timeout_s']:.3g} s without a new step", soft_wrap=True)
+    if found.loss_reports:
+        console.print(f"  {found.loss_reports} loss report(s) read for divergence", soft_wrap=True)
+    if found.divergence is not None:
+        console.print(f"  [red]divergence[/red] ({found.divergence.signature_id}): {escape(found.divergence.reason)}",
+                  soft_wrap=True)
+    for note in found.notes:
+        console.print(f"  [yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+
+
 @app.command("demo")
 def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The job to submit."),
          timeout: float = typer.Option(60.0, help="Give up after this many seconds.")) -> None:

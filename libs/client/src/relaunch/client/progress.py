@@ -22,6 +22,9 @@ from . import settings as client_settings
 
 log = logging.getLogger(__name__)
 
+POLL_S = 0.05
+"""How often the publishing thread looks at the queue when it is empty (a report waits at most this long)."""
+
 
 class ProgressReporter:
     def __init__(self, nats_url: str, cluster: str, job_id: str, node: str | None = None,
@@ -35,10 +38,12 @@ class ProgressReporter:
         self._thread.start()
 
     def report(self, step: int, throughput: float | None = None, step_time_s: float | None = None,
-               rank: int | None = None) -> None:
+               rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
+               loss_scale: float | None = None, skipped: bool | None = None) -> None:
         try:
             record = ProgressReported(cluster=self.cluster, job_id=self.job_id, step=step, throughput=throughput,
-                                      step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC))
+                                      step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC),
+                                      loss=loss, grad_norm=grad_norm, loss_scale=loss_scale, skipped=skipped)
             self._queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1
@@ -63,9 +68,16 @@ class ProgressReporter:
         from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
         nc = None
-        loop = asyncio.get_running_loop()
         while True:
-            record = await loop.run_in_executor(None, self._queue.get)
+            # Polled, not waited for in an executor thread: at exit the interpreter joins every executor
+            # thread, and one blocked in queue.get() would keep a finished training from ever exiting
+            # (relaunch then declared the healthy job hung: the real-framework tier caught it). This
+            # thread is a daemon and owns no executor, so the process exits as it would without it.
+            try:
+                record = self._queue.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(POLL_S)
+                continue
             if record is None:
                 break
             try:
@@ -91,8 +103,12 @@ _default_lock = threading.Lock()
 
 
 def report_progress(step: int, throughput: float | None = None, step_time_s: float | None = None,
-                    rank: int | None = None) -> None:
-    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID)."""
+                    rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
+                    loss_scale: float | None = None, skipped: bool | None = None) -> None:
+    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID).
+
+    `loss` and `grad_norm` (NaN and infinity allowed), `loss_scale` and `skipped` (the step was skipped
+    for fp16 overflow) feed divergence detection (docs/policy.md, "Divergence")."""
     global _default
     if _default is None:
         with _default_lock:
@@ -102,4 +118,4 @@ def report_progress(step: int, throughput: float | None = None, step_time_s: flo
                     return
                 _default = ProgressReporter(client_settings.nats_url(), client_settings.job_cluster(),
                                             job_id, node=os.environ.get("SLURMD_NODENAME"))
-    _default.report(step, throughput, step_time_s, rank)
+    _default.report(step, throughput, step_time_s, rank, loss, grad_norm, loss_scale, skipped)

@@ -42,6 +42,8 @@ class OptionSpec:
     maximum: int
     default: int
     doc: str
+    choices: tuple[str, ...] = ()
+    """"choice" options: the words allowed, stored as their index."""
 
 
 OPTIONS: dict[str, OptionSpec] = {
@@ -61,6 +63,10 @@ OPTIONS: dict[str, OptionSpec] = {
                              "on: restart after Slurm's time limit (the job resumes from a checkpoint); off: stop"),
     "preemption": OptionSpec("preemption", "switch", 0, 1, 1,
                              "on: restart after a preemption; off: stop"),
+    "divergence": OptionSpec("divergence", "choice", 0, 2, 0,
+                             "stop: cancel a diverged run (NaN loss, loss-scale collapse, skipped-step storm); "
+                             "report: only report it; restart: restart it (from its last checkpoint)",
+                             choices=("stop", "report", "restart")),
 }
 _SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0}
 
@@ -116,6 +122,12 @@ def parse_comment(comment: str | None) -> OptIn:
                 policy = value
             else:
                 errors.append(f"{key} must be a policy name (a-z, 0-9, '_', '-'; at most 32), not {value[:40]!r}")
+        elif spec.kind == "choice":
+            seen.add(key)
+            if value.lower() not in spec.choices:
+                errors.append(f"{key} must be one of {', '.join(spec.choices)}, not {value[:40]!r}")
+            else:
+                options[key] = spec.choices.index(value.lower())
         elif spec.kind == "switch":
             seen.add(key)
             if value.lower() not in _SWITCH:

@@ -97,8 +97,14 @@ class ProgressReported(Message):
     rank: int | None = Field(None, ge=0)
     node: Name | None = None
     at: dt.datetime
+    # Additive in v1 (divergence detection, docs/policy.md "Divergence"; NaN and infinity travel as the
+    # strings "NaN", "Infinity", "-Infinity": they are what is looked for, and JSON has no such numbers):
+    loss: float | None = Field(None, description="the training loss at this step (NaN and infinity allowed)")
+    grad_norm: float | None = Field(None, description="the gradient norm at this step (NaN and infinity allowed)")
+    loss_scale: float | None = Field(None, ge=0, description="the fp16 dynamic loss scale")
+    skipped: bool | None = Field(None, description="the optimizer skipped this step (fp16 overflow)")
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, ser_json_inf_nan="strings")
 
 
 class EvidenceLine(Message):
@@ -115,7 +121,7 @@ class AnomalyDetected(Message):
     cluster: Name
     job_id: JobId
     attempt: int = Field(ge=0)
-    kind: Literal["crash", "hang", "straggler"]
+    kind: Literal["crash", "hang", "straggler", "divergence"]
     source: Literal["log", "scheduler", "progress", "node"]
     signature_id: str
     category: str

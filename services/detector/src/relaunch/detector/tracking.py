@@ -32,7 +32,8 @@ from .adapters.statecache import StateCache
 from .domain import hangs, lost_nodes, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
-from .domain.progress import CheckpointMark, ProgressPoint, parse_line
+from .domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint, parse_line
+from relaunch.common.progress import divergence
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,7 @@ class ProgressTracker:
         info = await self.state.job(msg.cluster, msg.job_id)
         if not info.get("attempt"):
             raise TemporaryError("job not observed yet", delay=1.0)
-        point = ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
-                              preset="client")
-        await self._observe(msg.job_id, int(info["attempt"]), [point], msg.at)
+        await self._observe(msg.job_id, int(info["attempt"]), [_client_point(msg)], msg.at)
 
     async def on_progress_batch(self, items: list[tuple[ProgressReported, Delivery]]) -> list[Exception | None]:
         """on_progress for a whole fetch (ingest.consume_batch): one Redis round trip reads every job's
@@ -136,26 +135,31 @@ class ProgressTracker:
                               results: list[Exception | None]) -> None:
         held = self.cache.held(mine)
         loaded = await self.state.progress_many(self.cluster, list(mine), {j: t for j, (t, _) in held.items()})
-        saves, found = [], []
+        saves, found, divergences = [], [], []
         for job_id, indexes in mine.items():
             info, _token, data = loaded[job_id]
             if not info.get("attempt"):
                 for i in indexes:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
-            current = _current(orjson.loads(held[job_id][1]), own=True) if data is HELD else _current(data)
+            raw = orjson.loads(held[job_id][1]) if data is HELD else data
+            current = _current(raw, own=data is HELD)
             attempt = int(info["attempt"])
+            div = _divergence_of(raw, attempt)
+            diverged = None
             hang_policy, policy = self._policies_of(info)
             verdict = None
             for i in indexes:
                 msg, delivery = items[i]
-                point = ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s,
-                                      rank=msg.rank, preset="client")
+                point = _client_point(msg)
                 before = current[2].total if current is not None and current[0] == attempt else 0
                 advanced = _advance(current, attempt, [point], msg.at, hang_policy.window, policy.samples_kept)
                 if advanced is None:
                     continue  # an older attempt's report arriving late
                 current = (attempt, *advanced)
+                div = divergence.observe(div, point)
+                if diverged is None and (d := divergence.verdict(div)) is not None:
+                    diverged = (d, msg.at)
                 # A verdict reads complete windows only: look when this report closed one (or when it is a
                 # redelivery, whose first try may have failed after the state was saved).
                 closed = current[2].total // policy.window_points != before // policy.window_points
@@ -165,10 +169,12 @@ class ProgressTracker:
             if current is None or current[0] != attempt:
                 continue
             _, hang, strag = current
-            encoded = orjson.dumps(_record(attempt, hang, strag))
+            encoded = orjson.dumps(_record(attempt, hang, strag, div))
             saves.append((job_id, encoded, hangs.deadline(hang, hang_policy), not info.get("progress_seen")))
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
+            if diverged is not None:
+                divergences.append((job_id, attempt, diverged, indexes))
         tokens = await self.state.save_progress_many(self.cluster, saves)
         for (job_id, encoded, *_), token in zip(saves, tokens):
             self.cache.put(job_id, token, encoded)
@@ -176,6 +182,12 @@ class ProgressTracker:
             try:
                 await self._straggler(job_id, attempt, verdict, await self.state.job(self.cluster, job_id), at)
             except Exception as exc:  # noqa: BLE001 - its messages are retried; the state is saved already
+                for i in indexes:
+                    results[i] = exc
+        for job_id, attempt, (found_div, at), indexes in divergences:
+            try:
+                await self._divergence(job_id, attempt, found_div, await self.state.job(self.cluster, job_id), at)
+            except Exception as exc:  # noqa: BLE001 - as above
                 for i in indexes:
                     results[i] = exc
 
@@ -197,18 +209,26 @@ class ProgressTracker:
 
     async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime) -> None:
         info = await self.state.job(self.cluster, job_id)
-        advanced = _advance(_current(await self.state.progress(self.cluster, job_id)), attempt, marks, at,
+        raw = await self.state.progress(self.cluster, job_id)
+        advanced = _advance(_current(raw), attempt, marks, at,
                             self._hang_policy(info).window, self._straggler_policy(info).samples_kept)
         if advanced is None:
             return  # lines of an older attempt arriving late
         hang, strag = advanced
+        div, diverged = _divergence_of(raw, attempt), None
+        for mark in marks:
+            if not isinstance(mark, CheckpointMark):
+                div = divergence.observe(div, mark)
+                diverged = diverged or divergence.verdict(div)
         if not info.get("progress_seen"):
             await self.state.track(self.cluster, job_id, {"progress_seen": "1"})
-        await self.state.save_progress(self.cluster, job_id, _record(attempt, hang, strag),
+        await self.state.save_progress(self.cluster, job_id, _record(attempt, hang, strag, div),
                                        hangs.deadline(hang, self._hang_policy(info)))
         found = stragglers.verdict(strag, self._straggler_policy(info))
         if found is not None:
             await self._straggler(job_id, attempt, found, info, at)
+        if diverged is not None:
+            await self._divergence(job_id, attempt, diverged, info, at)
 
     # -- outputs --------------------------------------------------------------------------------
     async def sweep(self, stop: asyncio.Event) -> None:
@@ -263,6 +283,20 @@ class ProgressTracker:
             category="straggler", fault_domain="unknown",
             action="restart_excluding" if found.node else "restart", summary=found.reason[:2000],
             nodes=[found.node] if found.node else [], detected_at=at,
+            last_step=await self.last_step(job_id, attempt),
+        ))
+
+    async def _divergence(self, job_id: str, attempt: int, found: divergence.Divergence, info: dict,
+                          at: dt.datetime) -> None:
+        """Training goes on but wrongly: one anomaly per attempt; the decider stops and cancels the job
+        by default (docs/policy.md, "Divergence")."""
+        if await self.state.has_anomaly(self.cluster, job_id, attempt, kinds=("divergence",)):
+            return
+        await self._publish(at, AnomalyDetected(
+            anomaly_id=anomaly_id(self.cluster, job_id, attempt, "divergence"), cluster=self.cluster, job_id=job_id,
+            attempt=attempt, kind="divergence", source="progress", signature_id=found.signature_id,
+            category="divergence", fault_domain="application", action="stop", summary=found.reason[:2000],
+            nodes=parse_nodes(info.get("nodes")), detected_at=at,
             last_step=await self.last_step(job_id, attempt),
         ))
 
@@ -348,11 +382,45 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
     for mark in marks:
         if isinstance(mark, CheckpointMark):
             hang = hangs.observe_checkpoint(hang, mark.phase, at)
+        elif isinstance(mark, OverflowMark):  # a step skipped for fp16 overflow: training is running
+            hang = hangs.observe_progress(hang, None, at, keep=hang_keep)
         else:
             hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep)
+            if mark.total and mark.step is not None and mark.step >= mark.total:
+                # The training loop is over (step N of N): the final save, evaluation and teardown that
+                # follow have no step rhythm, so they get the checkpoint-save allowance, not the step timeout.
+                hang = hangs.observe_checkpoint(hang, "started", at)
             points.append(mark)
     return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 
 
-def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState) -> dict:
-    return {"attempt": attempt, "hang": hang.to_dict(), "straggler": strag.to_dict()}
+def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState,
+            div: divergence.DivergenceState | None = None) -> dict:
+    record = {"attempt": attempt, "hang": hang.to_dict(), "straggler": strag.to_dict()}
+    if div is not None and div != _FRESH:  # most jobs never have anything to keep here
+        record["divergence"] = div.to_dict()
+    return record
+
+
+_FRESH = divergence.DivergenceState()
+
+
+def _divergence_of(data: dict | None, attempt: int) -> divergence.DivergenceState:
+    """The attempt's divergence state from its stored record (fresh for a new attempt or an old record)."""
+    if not data or data.get("attempt") != attempt:
+        return _FRESH
+    try:
+        return divergence.DivergenceState.from_dict(data.get("divergence"))
+    except ValueError:
+        return _FRESH
+
+
+def _client_point(msg: ProgressReported) -> ProgressPoint | OverflowMark:
+    """A report_progress record as the log parser's value (its loss figures included)."""
+    if msg.skipped:
+        return OverflowMark(msg.loss_scale, msg.rank, "client")
+    health = None
+    if msg.loss is not None or msg.grad_norm is not None or msg.loss_scale is not None:
+        health = Health(loss=msg.loss, grad_norm=msg.grad_norm, loss_scale=msg.loss_scale)
+    return ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
+                         preset="client", health=health)

@@ -24,6 +24,8 @@ from .signatures import Signature
 
 ROLE_ORDER = {"decisive": 0, "cause": 1, "symptom": 2, "teardown": 3}
 EVIDENCE_MAX = 5
+EVIDENCE_CHARS = 500
+"""An evidence line is cut here: it is read by a person (the head of a line says what it is)."""
 _NODES_MAX = 256
 _RANKS_MAX = 4096
 
@@ -77,9 +79,10 @@ class _Incident:
                 self.ranks.add(rank)
         if len(self.events) < max(self.signature.escalate_after, 1) and match.event is not None:
             self.events.add(match.event)
-        if len(self.evidence) < EVIDENCE_MAX and (not self.evidence or new_place) and not any(
-                e.text == match.text for e in self.evidence):
-            self.evidence.append(Evidence(match.index, match.text))
+        if len(self.evidence) < EVIDENCE_MAX and (not self.evidence or new_place):
+            text = readable(match.text)
+            if not any(e.text == text for e in self.evidence):
+                self.evidence.append(Evidence(match.index, text))
 
     def absorb(self, other: _Incident) -> None:
         self.first = min(self.first, other.first)
@@ -94,6 +97,17 @@ class _Incident:
     def escalated(self) -> Signature:
         sig = self.signature
         return sig.escalate_to if sig.escalate_to and len(self.events) >= sig.escalate_after else sig
+
+
+def readable(text: str) -> str:
+    """One evidence line as a person reads it: of a line redrawn with '\r' (a progress bar with the error
+    printed after it) the frames that are not bar redraws, and at most EVIDENCE_CHARS characters."""
+    if "\r" in text:
+        frames = [f.strip() for f in text.split("\r") if f.strip()]
+        kept = [f for f in frames if "%|" not in f and "it/s]" not in f and "s/it]" not in f] or frames[-1:]
+        text = " ".join(dict.fromkeys(kept))
+    text = text.strip()
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
 def classify(matches: Iterable[Match]) -> Classification | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 FAULT_CLASSES = ("hardware", "infrastructure", "application", "resource", "scheduler", "unknown", "hang", "straggler")
 """Failure classes that have their own restart budget: the fault domains, then hangs and stragglers."""
 IB_PAIRS = ("both", "one")
+DIVERGENCE = ("stop", "report", "restart")
 """How an InfiniBand completion error's two hosts are suspected (Policy.ib_pair)."""
 
 
@@ -66,11 +67,16 @@ class Policy:
     terminate_hung: bool = True
     """A hung job (still RUNNING, holding its nodes) that a rule stops is cancelled with a terminate
     Advice; false: it is left to run into its time limit."""
+    divergence: str = "stop"
+    """A diverged run (docs/policy.md, "Divergence"): "stop" cancels it, "report" only reports it,
+    "restart" restarts it (its restarts count as the unknown class). The job's divergence= option."""
     ib_pair: str = "both"
     """An InfiniBand completion error names two hosts: "both" suspects both ends, "one" the end with
     other evidence (else the peer, the far end)."""
 
     def __post_init__(self) -> None:
+        if self.divergence not in DIVERGENCE:
+            raise ValueError(f"divergence must be one of {', '.join(DIVERGENCE)}, not {self.divergence!r}")
         if self.ib_pair not in IB_PAIRS:
             raise ValueError(f"ib_pair must be one of {', '.join(IB_PAIRS)}, not {self.ib_pair!r}")
 
@@ -83,7 +89,7 @@ class Policy:
             "stop_without_progress": self.stop_without_progress,
             "restart_on_time_limit": self.restart_on_time_limit,
             "restart_on_preemption": self.restart_on_preemption, "hang_timeout": self.hang_timeout,
-            "ib_pair": self.ib_pair, "terminate_hung": self.terminate_hung,
+            "ib_pair": self.ib_pair, "terminate_hung": self.terminate_hung, "divergence": self.divergence,
         }
         out.update({f"budget_{f.name}": getattr(self.budgets, f.name) for f in fields(self.budgets)})
         return out

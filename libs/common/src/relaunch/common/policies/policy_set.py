@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relaunch.common.optin import POLICY_NAME, OptIn
+from relaunch.common.optin import OPTIONS, POLICY_NAME, OptIn
 
 from .model import FAULT_CLASSES, IB_PAIRS, Budgets, Policy
 
@@ -206,6 +206,8 @@ def resolve(optin: OptIn, policies: PolicySet) -> Policy:
             loosens(option, "on", f"it does not restart after {event}")
         elif option in opts:
             changes[attr] = bool(opts[option])
+    if "divergence" in opts:
+        changes["divergence"] = OPTIONS["divergence"].choices[opts["divergence"]]
     return replace(base, **changes, observe_only=bool(errors), option_errors=tuple(errors))
 
 

@@ -165,13 +165,22 @@ class Ledger:
                    WHERE cluster=$1 AND job_id=$2 AND generation=$3 AND status='PENDING'""",
                 status.cluster, status.job_id, status.generation, status.status, status.reason,
             )
+            advice = await tx.conn.fetchrow(
+                "SELECT operation, reason FROM advice WHERE cluster=$1 AND job_id=$2 AND generation=$3",
+                status.cluster, status.job_id, status.generation)
             verdict_reason = (f"advice generation {status.generation} {status.status.lower()}: {status.reason}"
                               + (f" ({status.detail})" if status.detail else ""))
+            verdict = "watching" if status.status == "CONVERGED" else "stopped"
+            if advice is not None and advice["operation"] == "terminate":
+                # A terminate Advice carried out is the end of the job, not a recovery: the verdict says
+                # the final outcome and why relaunch cancelled it (docs/policy.md, rule table).
+                verdict = "stopped"
+                if status.status == "CONVERGED":
+                    verdict_reason = f"cancelled by relaunch (advice generation {status.generation}): {advice['reason']}"
             await tx.conn.execute(
                 "UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() "
                 "WHERE cluster=$1 AND job_id=$2 AND verdict='recovering'",
-                status.cluster, status.job_id, "watching" if status.status == "CONVERGED" else "stopped",
-                verdict_reason,
+                status.cluster, status.job_id, verdict, verdict_reason,
             )
 
     async def record_audit(self, entry: AuditEntry) -> None:

@@ -24,6 +24,8 @@ from relaunch.common.schemas import AnomalyDetected
 def fault_class(anomaly: AnomalyDetected) -> str:
     """Hangs and stragglers are classes of their own (their domain is rarely known when they are
     detected); a crash is classed by its fault domain."""
+    if anomaly.kind == "divergence":
+        return "unknown"  # divergence=restart: counted with the unknown class (docs/policy.md, "Divergence")
     return anomaly.kind if anomaly.kind in ("hang", "straggler") else anomaly.fault_domain
 
 

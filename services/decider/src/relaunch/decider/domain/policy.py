@@ -11,6 +11,10 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   straggler_report_only  straggler recovery is off for the job: a straggler is only reported
   user_cancelled         someone cancelled the job: never restarted
   do_not_restart         the resiliency extension's exit code 93 (or its log line): never restarted
+  megatron_validation_failed  Megatron-LM's rerun state machine exited 17 (result validation failed)
+  divergence_report_only a diverged run, and the job says divergence=report: only reported
+  divergence             a diverged run (NaN loss, loss-scale collapse, skip storm): stopped and
+                         cancelled by default; divergence=restart sends it through the rules below
   time_limit, preemption Slurm's time limit / a preemption, when the policy does not restart them
   log_unread             the job failed, no line explained it and its log could not be read: an error in
                          the job itself cannot be ruled out, so it is not restarted
@@ -21,8 +25,8 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
                          time limits and preemptions, which are the scheduler's doing)
   no_progress            the step reached did not pass the best step of the attempts before it (not
                          for a preemption: the attempt may not have had the time)
-  (a rule that stops a hung job, which still holds its nodes, cancels it with a terminate Advice
-   unless the policy says terminate_hung = false)
+  (a rule that stops a job that still runs and holds its nodes (a hang, a divergence) cancels it with
+   a terminate Advice unless the policy says terminate_hung = false)
   within_budget          restart, leaving out the nodes attribution blames (capped by max_exclude, and
                          never so many that the job no longer fits its partition: exclusions.py)
 
@@ -51,6 +55,12 @@ ADVICE_TTL = dt.timedelta(minutes=30)
 """An Advice not carried out within this time is abandoned as expired."""
 DO_NOT_RESTART_EXIT = 93
 """NVIDIA resiliency extension: a rank that exits with this code asks that the job not be restarted."""
+MEGATRON_RERUN_EXIT = 16
+"""Megatron-LM's rerun state machine (EXIT_CODE_RESUME_TO_DISAMBIGUATE): it saved a checkpoint and asks to
+be restarted, on other hardware, to tell a transient or faulty-GPU result from a real one: restarted."""
+MEGATRON_VALIDATION_FAILED_EXIT = 17
+"""Megatron-LM's rerun state machine (EXIT_CODE_FAILED_ON_RESULT_VALIDATION): the result is wrong the
+same way on a rerun: not restarted."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +83,20 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     None (no attribution ran) falls back to the anomaly's own node hints."""
     attempt = anomaly.attempt
     klass = fault_class(anomaly)
+    record = history.attempt(attempt)
+    exit_code = anomaly.exit_code if anomaly.exit_code is not None else record.exit_code if record else None
+    # Still running and holding its nodes by nature: a hang, a divergence. (A crash is not: its line is
+    # usually read while the job is ending by itself; one whose other ranks go on waiting is then a hang.)
+    running = anomaly.kind in ("hang", "divergence")
 
     def stop(rule: str, reason: str) -> Decision:
         if anomaly.kind == "straggler":
             return Decision("report", rule, reason, fault_class=klass)
-        if anomaly.kind == "hang" and policy.terminate_hung and rule != "user_cancelled":
-            # Still running and holding its nodes: not restarted, but not left hung until its time limit.
-            return Decision("terminate", rule, f"{reason}; the job is hung, so it is cancelled to release its "
+        if running and policy.terminate_hung and rule != "user_cancelled":
+            # Not restarted, but not left to hold its nodes (hung, or burning them on garbage) until its
+            # time limit either.
+            what = {"hang": "is hung", "divergence": "has diverged"}.get(anomaly.kind, "is still running")
+            return Decision("terminate", rule, f"{reason}; the job {what}, so it is cancelled to release its "
                             f"nodes (policy {policy.name!r}: terminate_hung)",
                             generation=history.last_generation + 1, expires_at=now + ADVICE_TTL, fault_class=klass)
         return Decision("stop", rule, reason, fault_class=klass)
@@ -110,12 +127,22 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
                         f"{anomaly.summary}", fault_class=klass)
     if history.user_cancelled or anomaly.category == "slurm_cancelled":
         return stop("user_cancelled", "the job was cancelled by a user; relaunch never restarts that")
-    record = history.attempt(attempt)
-    exit_code = anomaly.exit_code if anomaly.exit_code is not None else record.exit_code if record else None
     if exit_code == DO_NOT_RESTART_EXIT or anomaly.category == "do_not_restart":
         how = f"exited with code {DO_NOT_RESTART_EXIT}" if exit_code == DO_NOT_RESTART_EXIT else "logged it"
         return stop("do_not_restart", f"the job asked not to be restarted (attempt {attempt} {how}: "
                                       "the resiliency extension's do-not-restart verdict)")
+    if exit_code == MEGATRON_VALIDATION_FAILED_EXIT or anomaly.category == "megatron_validation_failed":
+        return stop("megatron_validation_failed",
+                    f"Megatron-LM's rerun state machine found the result wrong the same way when it ran again "
+                    f"(attempt {attempt} exited {MEGATRON_VALIDATION_FAILED_EXIT}): a restart would repeat it")
+    if anomaly.kind == "divergence":
+        if policy.divergence == "report":
+            return Decision("report", "divergence_report_only",
+                            f"divergence reported, not acted on (the job's comment says divergence=report): "
+                            f"{anomaly.summary}", fault_class=klass)
+        if policy.divergence == "stop":
+            return stop("divergence", f"{anomaly.summary} (policy {policy.name!r}: divergence=stop; the job's "
+                                      f"comment may say divergence=restart or divergence=report)")
     if anomaly.category == "slurm_time_limit" and not policy.restart_on_time_limit:
         return stop("time_limit", f"the job reached Slurm's time limit and policy {policy.name!r} does not "
                                   "restart after a time limit (time_limit=off)")
@@ -124,7 +151,10 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
                                   "a preemption (preemption=off)")
     if anomaly.category == "log_unread":
         return stop("log_unread", f"not restarted: {anomaly.summary}")
-    if anomaly.action == "stop":
+    rerun = exit_code == MEGATRON_RERUN_EXIT or anomaly.category == "megatron_rerun_requested"
+    if rerun:
+        klass = "hardware"  # the rerun tells a faulty GPU from a real result: a hardware question
+    if anomaly.action == "stop" and not rerun and anomaly.kind != "divergence":
         return stop("fault_not_restartable",
                     f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
     used = history.attempts_used(attempt)

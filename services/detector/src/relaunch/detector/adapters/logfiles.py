@@ -1,7 +1,8 @@
 """Reading a job's log files: new lines at a byte offset, bounded in size (the follower); the detector's
 only file reader (whole logs read offline: relaunch.common.diagnosis.blocks).
 
-A line is cut at MAX_LINE_BYTES; of an over-long line only the head of each read (1 MiB) is kept,
+A line ends at '\n' or '\r' (each redraw of a progress bar is a frame of its own). A line is cut at
+MAX_LINE_BYTES; of an over-long line only the head of each read (1 MiB) is kept,
 so one 10 MB line costs bounded memory and time and yields about ten pieces. Bytes are decoded as
 UTF-8 with replacement (binary junk never raises). A trailing partial line is left for the next read.
 """
@@ -69,15 +70,28 @@ def read_new_lines(path: str, offset: int, max_read: int = MAX_READ) -> Chunk | 
     lines: list[str] = []
     ends: list[int] = []
     consumed = 0
+    # A carriage return ends a frame too: tqdm and Lightning redraw their bars with '\r' and no
+    # newline, so without this a whole run's bar is one endless line, cut at MAX_LINE_BYTES, and a
+    # line printed after it (Slurm's "CANCELLED ... DUE TO TIME LIMIT") would be lost in the cut
+    # (the offline reader splits the same way: relaunch.common.diagnosis.blocks).
+    has_cr = b"\r" in data
     while consumed < len(data):
         nl = data.find(b"\n", consumed)
+        if has_cr:
+            cr = data.find(b"\r", consumed, nl if nl != -1 else len(data))
+            if cr != -1:
+                nl = cr
         if nl == -1:
             if len(data) - consumed < MAX_LINE_BYTES:
                 break  # a partial line: wait for the rest
             # An over-long line: keep its head, skip the rest of this read (one piece per read).
             nl = len(data) - 1
         raw = data[consumed: nl + 1].rstrip(b"\r\n")
-        lines.append(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         consumed = nl + 1
+        if not raw and has_cr and (data[nl:nl + 1] == b"\r" or data[nl - 1:nl] == b"\r"):
+            if ends:
+                ends[-1] = offset + consumed  # the '\n' of '\r\n', or a '\r' with nothing before it
+            continue
+        lines.append(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         ends.append(offset + consumed)
     return Chunk(offset, lines, ends, offset + consumed)

@@ -1,0 +1,29 @@
+#!/bin/bash
+# One real training of the real-framework tier (tests/frameworks), as a Slurm batch job.
+#   FW_PY        the tier's venv's python (scripts/frameworks-venv.sh)
+#   FW_SCRIPTS   tests/frameworks/scripts;  FW_LIBS: relaunch's libs/*/src, for relaunch.client
+#   FW_RUN       hf | lightning | ddp | ddp2 (torchrun on two nodes, one process each)
+#   FW_ARGS      the training script's arguments;  FAULT, FAULT_STEP, ...: faults.py
+#SBATCH --open-mode=append
+set -u
+export PYTHONPATH="$FW_SCRIPTS:$FW_LIBS" TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
+# the training's working directory (HF's output folder): under the test stack's run folder
+work="${FW_WORK:-${TMPDIR:-/tmp}}/fw-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}"
+mkdir -p "$work" && cd "$work" || exit 1
+bin=$(dirname "$FW_PY")
+echo "[train] attempt ${SLURM_RESTART_COUNT:-0} of $FW_RUN on $SLURMD_NODENAME"
+# A single-process training replaces this shell (exec): Lightning traps SIGTERM (its Slurm requeue
+# handler), and were this shell to die of scancel's SIGTERM first, the training would be reparented and
+# Slurm's SIGKILL after KillWait (proctrack/linuxproc follows the process tree) would miss it.
+case "$FW_RUN" in
+  hf) exec "$FW_PY" "$FW_SCRIPTS/hf_train.py" $FW_ARGS ;;
+  lightning) exec "$FW_PY" "$FW_SCRIPTS/lightning_train.py" $FW_ARGS ;;
+  ddp) "$bin/torchrun" --standalone --nproc_per_node 2 \
+         "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
+  ddp2) srun --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+          --rdzv_endpoint "127.0.0.1:$((20000 + SLURM_JOB_ID % 10000))" --rdzv_id "$SLURM_JOB_ID" \
+          "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
+esac
+rc=$?
+rm -rf "$work"
+exit $rc

@@ -1,0 +1,57 @@
+"""Faults the real-framework tier injects into real trainings, chosen by environment variables so one
+training script serves every case: FAULT=<kind>, FAULT_STEP=<step>, FAULT_RANK=<rank> (default 0).
+
+kinds: raise (a rank raises), kill (a rank SIGKILLs itself), stuck (a rank stops before the next
+collective, forever), stop (every rank stops making progress: a hang without a collective), node (the
+processes of node FAULT_NODE, its torchrun agent included, are SIGKILLed: a node lost), nan (the
+loss becomes NaN from FAULT_STEP on), worker (a DataLoader worker is killed by a signal), shape (a shape
+error in the model), module (a missing module is imported)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+# Faults strike the first attempt only (a restarted job then shows the recovery), unless FAULT_EVERY=1.
+KIND = os.environ.get("FAULT", "") if (os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
+                                       or os.environ.get("FAULT_EVERY") == "1") else ""
+STEP = int(os.environ.get("FAULT_STEP", "10"))
+RANK = int(os.environ.get("FAULT_RANK", "0"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+
+
+def at_step(step: int) -> None:
+    """Called by the training loop before `step` runs (1-based); does what FAULT says there."""
+    if step != STEP or not KIND:
+        if KIND == "module" and step == 1:
+            import relaunch_no_such_module  # noqa: F401 - the fault: a module the job does not have
+        return
+    mine = rank() == RANK
+    if KIND == "raise" and mine:
+        raise RuntimeError(f"injected failure on rank {rank()} at step {step}")
+    if KIND == "kill" and mine:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if KIND == "node" and os.environ.get("SLURM_NODEID") == os.environ.get("FAULT_NODE", "1"):
+        os.kill(os.getppid(), signal.SIGKILL)  # the torchrun agent
+        os.kill(os.getpid(), signal.SIGKILL)
+    if (KIND == "stuck" and mine) or KIND == "stop":
+        while True:
+            time.sleep(3600)
+
+
+def poisoned(step: int) -> bool:
+    """True when the loss must be NaN at this step."""
+    return KIND == "nan" and step >= STEP
+
+
+def worker_fault(step: int) -> bool:
+    return KIND == "worker" and step >= STEP
+
+
+def kill_worker(info_pid: int | None) -> None:
+    if info_pid:
+        os.kill(info_pid, signal.SIGKILL)

@@ -1,0 +1,181 @@
+"""Real trainings with real faults, each ending as an on-call engineer would want (issue 16): healthy
+runs never flagged, crashes restarted or stopped correctly, the lost node excluded, hangs declared from
+the job's own rhythm, a diverged run cancelled. All cases are submitted at once and judged as they end
+(the cluster runs them side by side); the versions of the frameworks are printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from slurmjobs import job_fields, ledger
+
+pytestmark = pytest.mark.frameworks
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+@dataclass
+class Case:
+    name: str
+    run: str
+    args: str
+    comment: str = "relaunch"
+    env: dict = field(default_factory=dict)
+    sbatch: tuple = ()
+    # what relaunch must do: the first anomaly's kind and (a word of) its signature, the first decision
+    kind: str | None = None
+    signature: str = ""
+    decision: str = ""          # restart | stop | terminate | none
+    state: str = "COMPLETED"    # the job's final Slurm state
+    exclude: tuple = ()
+    """Nodes the restart must leave out; "second" is the allocation's second node (SLURM_NODEID 1)."""
+    summary_has: str = ""
+
+
+# hang_timeout=30 (the hang floor, seconds): the calibrated timeout still comes from each job's own step
+# intervals above it, but a 2-core CI machine running the whole cluster can stall a healthy job for
+# longer than the default 10 s floor.
+R = "relaunch:hang_timeout=30"
+CASES = [
+    Case("hf healthy (progress also by callback)", "hf", "40 --callback", R, decision="none"),
+    Case("lightning tqdm healthy", "lightning", "40 --plain", R, decision="none"),
+    Case("ddp megatron-format healthy", "ddp", "30", R, env={"LOG_FORMAT": "megatron"}, decision="none"),
+    Case("hf NaN divergence", "hf", "200", R, env={"FAULT": "nan", "FAULT_STEP": "15"}, kind="divergence",
+         signature="divergence", decision="terminate", state="CANCELLED", summary_has="NaN"),
+    Case("lightning NaN divergence", "lightning", "200", R, env={"FAULT": "nan", "FAULT_STEP": "15"},
+         kind="divergence", signature="divergence", decision="terminate", state="CANCELLED"),
+    Case("lightning stops (hang)", "lightning", "40 --plain", R + ",max_attempts=2",
+         env={"FAULT": "stop", "FAULT_STEP": "20"}, kind="hang", decision="restart", summary_has="since step 19"),
+    Case("ddp rank raises", "ddp", "30", R + ",max_attempts=2",
+         env={"FAULT": "raise", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash", decision="restart"),
+    Case("ddp rank SIGKILLed", "ddp", "30", R + ",max_attempts=2",
+         env={"FAULT": "kill", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash",
+         signature="process_killed_signal", decision="restart"),
+    Case("ddp rank stuck, no pg timeout (hang)", "ddp", "30", R + ",max_attempts=2",
+         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="hang", decision="restart",
+         summary_has="since step 9"),
+    Case("ddp rank stuck, pg timeout 3 s", "ddp", "30", R + ",max_attempts=2",
+         # the collective times out after 3 s (a crash, but only a victim's view, so the detector waits for
+         # the job's end); when the job then lingers past the hang floor, the hang is declared first
+         env={"FAULT": "stuck", "FAULT_STEP": "10", "FAULT_RANK": "1", "PG_TIMEOUT": "3"}, kind="crash|hang",
+         decision="restart"),
+    Case("ddp DataLoader worker killed", "ddp", "30", R + ",max_attempts=2",
+         env={"FAULT": "worker", "FAULT_STEP": "10", "FAULT_RANK": "1"}, kind="crash",
+         signature="dataloader_worker_killed", decision="restart"),
+    Case("ddp missing module", "ddp", "30", R, env={"FAULT": "module"}, kind="crash", decision="stop",
+         state="FAILED"),
+    Case("ddp shape error", "ddp", "30", R, env={"FAULT": "shape", "FAULT_STEP": "5"}, kind="crash",
+         signature="tensor_shape_error", decision="stop", state="FAILED"),
+    Case("ddp 2 nodes, node2's processes killed", "ddp2", "30", R + ",max_attempts=2",
+         env={"FAULT": "node", "FAULT_STEP": "10", "FAULT_NODE": "1"}, sbatch=("-N", "2", "-c", "1"),
+         kind="crash", signature="srun_task_killed", decision="restart", exclude=("second",)),
+    # a job that outlives its time limit (it stops stepping at step 5 and waits; hang_timeout=600 keeps
+    # the hang watch from ending it first)
+    Case("lightning time limit", "lightning", "40 --plain", "relaunch:max_attempts=1,hang_timeout=600",
+         env={"FAULT": "stop", "FAULT_STEP": "5"}, sbatch=("-t", "1"), kind="crash", signature="time_limit",
+         decision="stop", state="TIMEOUT"),
+]
+
+
+def _submit(case: Case, env: dict, python: str) -> str:
+    jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
+    jobs.mkdir(exist_ok=True)
+    libs = f"{REPO / 'libs' / 'common' / 'src'}:{REPO / 'libs' / 'client' / 'src'}"
+    job_env = {**os.environ, "FW_PY": python, "FW_SCRIPTS": str(HERE / "scripts"), "FW_LIBS": libs,
+               "FW_RUN": case.run, "FW_ARGS": case.args, "FW_WORK": str(jobs), "FAULT": "", **case.env}
+    # one CPU each, two-rank jobs included: 4 nodes x 2 CPUs then run 8 cases side by side (the tier's
+    # time is set by its slowest cases, not by queueing)
+    cpus = () if "-c" in case.sbatch else ("-c", "1")
+    out = subprocess.run(["sbatch", "--parsable", f"--comment={case.comment}", "--open-mode=append",
+                          "-J", "fw-" + case.name.split()[0], "-o", str(jobs / "fw-%j.out"), *cpus, *case.sbatch,
+                          str(HERE / "jobs" / "train.sh")], check=True, capture_output=True, text=True, env=job_env)
+    return out.stdout.strip().split(";")[0]
+
+
+def _outcome(job: str) -> dict | None:
+    """What relaunch did, once it is settled (the job ended and every Advice reached an outcome)."""
+    state = job_fields(job).get("JobState", "")
+    record = ledger(job)
+    if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") or not record:
+        return None
+    if any(a["status"] == "PENDING" for a in record.get("advice", [])):
+        return None
+    return {"state": state, "record": record}
+
+
+def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, frameworks_python, capsys):
+    versions = subprocess.run([frameworks_python, "-c", "import json, torch, transformers, pytorch_lightning, "
+                               "accelerate; print(json.dumps({m.__name__: m.__version__ for m in (torch, "
+                               "transformers, pytorch_lightning, accelerate)}))"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    started = time.monotonic()
+    jobs = {case.name: _submit(case, services, frameworks_python) for case in CASES}
+    settled: dict[str, dict] = {}
+    deadline = time.monotonic() + 600
+    try:
+        while len(settled) < len(CASES) and time.monotonic() < deadline:
+            for case in CASES:
+                if case.name not in settled and (found := _outcome(jobs[case.name])) is not None:
+                    settled[case.name] = found
+            time.sleep(2)
+    finally:
+        # A hung training left behind would outlive the test stack's slurmd, and Lightning catches the
+        # SIGTERM of scancel (its Slurm requeue handler): wait for Slurm's SIGKILL after KillWait.
+        subprocess.run(["scancel", *jobs.values()], check=False)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and subprocess.run(
+                ["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout.strip():
+            time.sleep(1)
+    rows, failures = [], []
+    for case in CASES:
+        found = settled.get(case.name)
+        if found is None:
+            failures.append(f"{case.name}: not settled in time (job {jobs[case.name]}: "
+                            f"{job_fields(jobs[case.name]).get('JobState')})")
+            rows.append((case.name, "-", "-", "-"))
+            continue
+        record = found["record"]
+        anomalies, advice, audit = record.get("anomalies", []), record.get("advice", []), record.get("audit", [])
+        first = anomalies[0] if anomalies else None
+        if advice:
+            did = advice[0]["operation"]
+        elif any(a["action"] == "stop" for a in audit):
+            did = "stop"
+        else:
+            did = "none"
+        excluded = tuple(advice[0].get("exclude_nodes") or ()) if advice else ()
+        rows.append((case.name, f"{first['kind']}/{first['signature_id']}" if first else "none",
+                     did + (f" without {','.join(excluded)}" if excluded else ""), found["state"]))
+        problems = []
+        if case.kind is None and anomalies:
+            problems.append(f"flagged a healthy run: {first['category']}: {first['summary'][:200]}")
+        if case.kind is not None and (first is None or first["kind"] not in case.kind.split("|")):
+            problems.append(f"expected a {case.kind}, got {first and (first['kind'], first['signature_id'])}")
+        if first is not None and case.signature and case.signature not in first["signature_id"]:
+            problems.append(f"expected signature {case.signature}, got {first['signature_id']}")
+        if case.summary_has and (first is None or case.summary_has not in first["summary"]):
+            problems.append(f"summary lacks {case.summary_has!r}: {first and first['summary'][:200]}")
+        if did != case.decision:
+            problems.append(f"expected {case.decision}, relaunch did {did}")
+        if case.exclude:
+            nodes = (record.get("attempts") or [{}])[0].get("nodes") or []
+            want = tuple(nodes[1] if n == "second" and len(nodes) > 1 else n for n in case.exclude)
+            if excluded != want:
+                problems.append(f"expected to leave out {want} (of {nodes}), left out {excluded}")
+        if found["state"] != case.state:
+            problems.append(f"expected Slurm state {case.state}, got {found['state']}")
+        failures += [f"{case.name} (job {jobs[case.name]}): {p}" for p in problems]
+    table = "\n".join(f"| {n} | {a} | {d} | {s} |" for n, a, d, s in rows)
+    with capsys.disabled():
+        print(f"\nframeworks: {versions}; {len(CASES)} cases in {time.monotonic() - started:.0f} s\n"
+              f"| case | first anomaly | relaunch did | final state |\n|---|---|---|---|\n{table}")
+    out = Path(services["RELAUNCH_RUN_DIR"]).parent / "frameworks-tier.json"
+    out.write_text(json.dumps({"versions": json.loads(versions), "rows": rows, "failures": failures}, indent=1))
+    assert not failures, "\n".join(failures)
