@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from relaunch.common.policies.policy_set import PolicySet, resolve
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
 from .adapters.ledger import FINAL_STATES, Ledger
-from .domain import attribution
+from .domain import attribution, reputation
 from .domain.policy import decide
 from .outbox import OutboxPublisher
 
@@ -37,8 +38,10 @@ two travel on different consumers, so either may come first."""
 
 
 class Decider:
-    def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None) -> None:
+    def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None,
+                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE) -> None:
         self.ledger, self.outbox = ledger, outbox
+        self.half_life = node_history_half_life
         self.policies = policies if policies is not None else load_policies()
 
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
@@ -72,10 +75,10 @@ class Decider:
                 policy = replace(policy, observe_only=True, option_errors=(override[1],))
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
-            node_history = await tx.node_history(job_nodes, now - attribution.HISTORY_WINDOW)
+            node_history = await tx.node_history(job_nodes, now - reputation.horizon(self.half_life))
             suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
                                              previous=history.implicated(anomaly.attempt - 1),
-                                             ib_pair=policy.ib_pair)
+                                             ib_pair=policy.ib_pair, half_life=self.half_life)
             decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
             await tx.save_suspects(anomaly.attempt, suspects, decision.exclude_nodes, anomaly.anomaly_id, now)

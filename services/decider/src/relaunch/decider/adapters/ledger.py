@@ -307,6 +307,7 @@ class JobTx:
         """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
         `since` (attribution applies the window itself; the query only keeps the read small). The overlap
         test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice.
+        Exclusions before the node's newest clearance (migration 0009) are forgotten.
 
         An exclusion made on history alone (the node's only evidence ref is the history rule's "excluded
         for N other jobs") does not count: otherwise a node, once over the threshold, would be excluded by
@@ -314,6 +315,8 @@ class JobTx:
         rows = await self.conn.fetch(
             """SELECT n AS node, job_id, max(issued_at) AS at FROM advice, unnest(exclude_nodes) AS n
                WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND exclude_nodes && $4 AND n = ANY($4)
+                 AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
+                                           WHERE c.cluster=$1 AND c.node=n), '-infinity')
                  AND NOT (
                    EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
                            WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
@@ -357,8 +360,9 @@ class JobTx:
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         rows = await self.conn.fetch(
-            "SELECT node, verdict, reasons, at FROM node_events WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
-            "ORDER BY at", self.cluster, nodes, since)
+            "SELECT node, verdict, reasons, at FROM node_events e WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
+            "AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node), "
+            "'-infinity') ORDER BY at", self.cluster, nodes, since)
         return [NodeEvent(r["node"], r["verdict"], tuple(json.loads(r["reasons"])), r["at"]) for r in rows]
 
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
