@@ -137,6 +137,7 @@ class FakeOverrides:
     def __init__(self, ledger: FakeLedger) -> None:
         self.ledger = ledger
         self.recorded: list[dict] = []
+        self.cleared: list[dict] = []
 
     async def record(self, cluster, job_id, mode, reason, actor):
         if (cluster, job_id) not in self.ledger.details:
@@ -147,6 +148,14 @@ class FakeOverrides:
         detail = self.ledger.details[(cluster, job_id)]
         detail["overrides"].append({k: row[k] for k in ("id", "mode", "reason", "actor", "at")})
         detail["job"]["mode_override"] = mode
+        return row
+
+    async def clear_node(self, cluster, node, reason, actor):
+        if not any(n["cluster"] == cluster and n["node"] == node for n in sample_nodes()):
+            return None
+        row = {"id": len(self.cleared) + 1, "cluster": cluster, "node": node, "reason": reason, "actor": actor,
+               "at": at(200 + len(self.cleared)), "forgotten_exclusions": 1}
+        self.cleared.append(row)
         return row
 
 

@@ -131,4 +131,8 @@ class LedgerReader:
             """SELECT a.cluster, n.node, a.job_id, j.name, a.generation, a.attempt, a.status, a.reason, a.issued_at
                FROM advice a CROSS JOIN LATERAL unnest(a.exclude_nodes) AS n(node)
                JOIN jobs j USING (cluster, job_id) WHERE ($1::text IS NULL OR a.cluster=$1)""", cluster)
-        return nodes.assemble([_row(r) for r in health], [_row(r) for r in events], [_row(r) for r in exclusions])
+        clearances = await self.pool.fetch(
+            """SELECT DISTINCT ON (cluster, node) cluster, node, at, actor, reason FROM node_clearances
+               WHERE ($1::text IS NULL OR cluster=$1) ORDER BY cluster, node, at DESC""", cluster)
+        return nodes.assemble([_row(r) for r in health], [_row(r) for r in events], [_row(r) for r in exclusions],
+                              [_row(r) for r in clearances])
