@@ -48,6 +48,13 @@ class Decider:
         await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
+        try:
+            await self._on_anomaly(anomaly, delivery)
+        finally:
+            # After the commit: each decision's audit entry (and an Advice) waits in the outbox.
+            self.outbox.kick()
+
+    async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         now = utcnow()
         async with self.ledger.job_tx(anomaly.cluster, anomaly.job_id) as tx:
             if not tx.row.get("comment"):
@@ -86,6 +93,8 @@ class Decider:
                       "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
             if decision.left_in:
                 detail["left_in"] = list(decision.left_in)
+            if decision.exclude_nodes:
+                detail["exclude_nodes"] = list(decision.exclude_nodes)
             key = f"decider.{anomaly.anomaly_id}"
             refs = [f"anomaly:{anomaly.anomaly_id}"] + [
                 f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
@@ -122,7 +131,6 @@ class Decider:
             log.info("job %s/%s attempt %d: %s, advice generation %d", anomaly.cluster, anomaly.job_id,
                      anomaly.attempt, operation, advice.generation)
         ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
-        self.outbox.kick()
 
     async def on_reconcile(self, status: ReconcileStatus, delivery: Delivery) -> None:
         await self.ledger.record_reconcile(status, dedupe_key=f"{subjects.EVENTS.name}.{delivery.stream_seq}")

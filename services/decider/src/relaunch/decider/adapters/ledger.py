@@ -18,7 +18,7 @@ from importlib import resources
 
 import asyncpg
 
-from relaunch.common import job_states, telemetry
+from relaunch.common import job_states, subjects, telemetry
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
 from relaunch.common.postgres_outage import DOWN as POSTGRES_DOWN
@@ -405,8 +405,17 @@ class JobTx:
                                 "WHERE cluster=$1 AND job_id=$2", self.cluster, self.job_id, verdict, reason)
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
+        """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
+        <c>.<job>, Msg-Id = the key): custom consumers and the notifier hear of every decision, a stop
+        included, exactly once. The decider's own audit consumer finds the row there already (same key)."""
         await self.conn.execute(
             """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
                VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
             self.cluster, self.job_id, action, json.dumps(detail), key, at,
         )
+        entry = AuditEntry(cluster=self.cluster, job_id=self.job_id, service="decider", action=action,
+                           detail=json.dumps(detail), idempotency_key=key, at=at)
+        await self.conn.execute(
+            "INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4) "
+            "ON CONFLICT (msg_id) DO NOTHING",
+            subjects.event_audit(self.cluster, self.job_id), key, dump(entry), telemetry.current_traceparent())
