@@ -22,6 +22,7 @@ SERVICE_SETTINGS = {
     "RELAUNCH_WATCHDOG_": ("relaunch.actuator.watchdog.settings", "WatchdogSettings"),
     "RELAUNCH_API_": ("relaunch.api.settings", "ApiSettings"),
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
+    "RELAUNCH_NOTIFIER_": ("relaunch.notifier.settings", "NotifierSettings"),
 }
 # Read straight from the environment by the relaunch CLI (relaunch demo), not by a settings class.
 CLI_ONLY = {"RELAUNCH_RUN_DIR"}
