@@ -128,6 +128,19 @@ class FakeLedger:
         items = [a for a in items if active is None or a["active"] == active]
         return items[offset:offset + limit], len(items)
 
+    async def fleet(self, now, days=14, cluster=None):
+        """The fleet view over the sample jobs (the real query is tests/integration/test_api_ledger.py)."""
+        from relaunch.api.domain.fleet import fleet
+
+        details = list(self.details.values())
+        anomalies = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                     for a in d["anomalies"]]
+        advice = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                  for a in d["advice"]]
+        attempts = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                    for a in d["attempts"]]
+        return fleet(anomalies, advice, attempts, [], now, days)
+
     async def nodes(self, cluster=None, history=20):
         self._check("nodes", cluster=cluster, history=history)
         return [n for n in sample_nodes() if cluster is None or n["cluster"] == cluster]
@@ -204,6 +217,13 @@ class FakeEvents:
         sub = FakeSubscription(events, self.quiet_first)
         self.subscriptions.append((subject, {"since": since, "after_seq": after_seq}, sub))
         return sub
+
+    async def health(self) -> dict:
+        if not self.connected:
+            raise EventsUnavailable("NATS at nats://fake is not connected")
+        return {"consumers": [{"service": "decider", "durable": "decider-anomalies", "stream": "EVENTS",
+                               "pending": 0, "ack_pending": 0, "redelivered": 0}],
+                "dlq_messages": 0, "leader": "actuator-fake"}
 
     async def publish(self, subject, model, msg_id) -> bool:
         if not self.connected:

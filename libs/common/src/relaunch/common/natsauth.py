@@ -120,7 +120,13 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Live reading of EVENTS: unnamed ephemeral ordered consumers (the server names them, and removes
         # them when the reader goes), with flow control. Not `CONSUMER.CREATE.EVENTS.>`, `DELETE` or
         # `INFO`: those would reach the decider's durables on EVENTS too.
-        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>"]),
+        # The dashboard's health panel reads (read-only) each durable's lag, except the actuator's on
+        # ADVICE (only the actuator touches ADVICE's consumer), and the actuator's lease (the leader).
+        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>",
+                                *(f"{API}.CONSUMER.INFO.{c.spec.stream.name}.{c.spec.durable}"
+                                  for c in consumers.ALL if c.spec.stream is not subjects.ADVICE),
+                                f"{API}.STREAM.INFO.KV_{LEASE_BUCKET}", f"{API}.DIRECT.GET.KV_{LEASE_BUCKET}.>",
+                                f"{API}.STREAM.MSG.GET.KV_{LEASE_BUCKET}"]),
         # Reads audit entries, reconcile statuses and dead letters on its own durables; publishes nothing
         # but its own dead letters (the webhooks are outside NATS).
         "notifier": _service("notifier", [], consumers=CONSUMERS["notifier"]),
