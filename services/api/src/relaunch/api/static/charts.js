@@ -83,8 +83,8 @@ window.RelaunchCharts = (() => {
   function drawProgress(host, data, onHover) {
     host.replaceChildren();
     const width = Math.max(640, host.clientWidth || 900);
-    const height = 380;
-    const margin = { left: 64, right: 16, top: 24, bottom: 34 };
+    const height = 410;
+    const margin = { left: 64, right: 16, top: 60, bottom: 34 };
     const times = data.attempts.flatMap((a) => a.points.flatMap((p) => [p.t, p.t_first]))
       .concat(data.markers.map((m) => m.t), data.attempts.map((a) => a.first_seen))
       .concat(data.guides.flatMap((gd) => [gd.from, gd.to])).filter((t) => typeof t === "number");
@@ -104,26 +104,36 @@ window.RelaunchCharts = (() => {
     const rateBox = { left: margin.left, top: margin.top + inner * 0.52 + 26, width: plotW, height: inner * 0.48 - 26 };
     const hasThroughput = data.attempts.some((a) => a.points.some((p) => p.throughput !== null));
     const straggler = data.guides.filter((gd) => gd.kind === "straggler_baseline");
-    for (const gd of data.guides.filter((gd) => gd.kind === "hang_silence")) {
-      root.append(svg("rect", { x: x(gd.from), y: margin.top, width: Math.max(2, x(gd.to) - x(gd.from)),
-                                height: inner, class: "hang-silence", "data-guide": "hang" }, title(gd.label)));
-    }
     panel(root, stepBox, x, data, "step", "step", []);
     panel(root, rateBox, x, data, hasThroughput ? "throughput" : "step_time_s",
           hasThroughput ? "throughput" : "step time (s)", hasThroughput ? straggler : []);
+    // Over the panels (translucent): the silence is the picture of a hang.
+    for (const gd of data.guides.filter((gd) => gd.kind === "hang_silence")) {
+      const sx = x(gd.from), ex = x(gd.to);
+      root.append(svg("g", { "data-guide": "hang" },
+        svg("rect", { x: sx, y: margin.top, width: Math.max(2, ex - sx), height: inner, class: "hang-silence" }),
+        svg("text", { x: (sx + ex) / 2, y: stepBox.top + 14, "text-anchor": "middle", class: "guide-label" },
+            "no progress: hang"), title(gd.label)));
+    }
     for (const t of niceTicks(t0, t1, 6)) {
       root.append(svg("text", { x: x(t), y: height - 10, "text-anchor": "middle", class: "tick" }, hhmmss(t)));
     }
+    // Markers closer than a head's width (an anomaly, its Advice and the first reconcile steps often
+    // come within a second) stack their heads upwards, so that each one can be pointed at.
+    let previous = null;
     data.markers.forEach((m, i) => {
       const colour = MARKER_COLOURS[m.kind] || "#555";
       const mx = x(m.t);
+      const level = previous && mx - previous.x < 12 ? Math.min(previous.level + 1, 3) : 0;
+      previous = { x: mx, level };
+      const head = margin.top - 4 - level * 12;
       const group = svg("g", { class: `marker marker-${m.kind}`, "data-kind": m.kind, "data-t": m.t, "data-index": i,
                                tabindex: 0 },
-        svg("line", { x1: mx, x2: mx, y1: margin.top, y2: margin.top + inner, stroke: colour, "stroke-width": 1.5,
+        svg("line", { x1: mx, x2: mx, y1: head, y2: margin.top + inner, stroke: colour, "stroke-width": 1.5,
                       "stroke-dasharray": m.kind === "reconcile" ? "2 3" : m.kind === "restart" ? "6 3" : null }),
-        svg("path", { d: `M${mx - 5},${margin.top - 10} L${mx + 5},${margin.top - 10} L${mx},${margin.top - 2} Z`,
-                      fill: colour }),
-        svg("rect", { x: mx - 5, y: margin.top - 12, width: 10, height: inner + 12, fill: "transparent" }),
+        svg("g", { class: "marker-head" },
+          svg("path", { d: `M${mx - 5},${head - 9} L${mx + 5},${head - 9} L${mx},${head} Z`, fill: colour }),
+          svg("rect", { x: mx - 6, y: head - 11, width: 12, height: 12, fill: "transparent" })),
         title([`${hhmmss(m.t)} UTC ${m.label}`, ...(m.evidence || [])].join("\n")));
       if (onHover) {
         group.addEventListener("mouseenter", () => onHover(m));
