@@ -83,6 +83,16 @@ def open_job(browser, services, job: str, size: tuple[int, int]):
     return page, errors
 
 
+def at_least(locator, n: int, timeout: float = 30.0) -> int:
+    """Wait until `locator` matches `n` elements or more (polled here: the page's CSP forbids the
+    string evaluation Playwright's wait_for_function relies on)."""
+    end = time.monotonic() + timeout
+    while (count := locator.count()) < n:
+        assert time.monotonic() < end, f"{locator} matched {count}, fewer than {n}"
+        time.sleep(0.2)
+    return count
+
+
 def x_of(locator) -> float:
     box = locator.bounding_box()
     return box["x"] + box["width"] / 2
@@ -96,7 +106,7 @@ def test_the_progress_chart_shows_both_attempts_and_every_event_at_its_time(serv
     chart = page.locator("#progress-chart svg")
     first = chart.locator('.point[data-attempt="0"][data-field="step"]')
     second = chart.locator('.point[data-attempt="1"][data-field="step"]')
-    page.wait_for_function("document.querySelectorAll('#progress-chart .point[data-attempt=\"1\"]').length >= 3")
+    at_least(second, 3)
     assert first.count() >= 2 and second.count() >= 3, (first.count(), second.count())
     # Markers: one per anomaly, Advice and reconcile step of the ledger, and the restart.
     (anomaly,) = record["anomalies"]
@@ -116,17 +126,17 @@ def test_the_progress_chart_shows_both_attempts_and_every_event_at_its_time(serv
     # Hover on the Advice: its evidence, the XID said once with a count and a span.
     chart.locator(".marker-advice .marker-head").hover()
     detail = page.locator("#marker-detail")
-    page.wait_for_function("document.querySelector('#marker-detail').textContent.includes('XID 79')")
+    page.locator('#marker-detail:has-text("XID 79")').wait_for()
     text = detail.inner_text()
     assert text.count("XID 79") == 1 and re.search(r"seen \d+x \d\d:\d\d:\d\d", text), text
     assert bad in text
     page.locator("#timeline-section").screenshot(path=str(SHOTS / "job-progress-desktop-1440x900.png"))
     chart.locator(".marker-anomaly .marker-head").hover()
-    page.wait_for_function("document.querySelector('#marker-detail').textContent.includes('hang')")
+    page.locator('#marker-detail:has-text("hang")').wait_for()
     page.screenshot(path=str(SHOTS / "job-page-desktop-1440x900.png"))
     page.close()
     page, errors2 = open_job(browser, services, job, SIZES["laptop"])
-    page.wait_for_function("document.querySelectorAll('#progress-chart .point[data-attempt=\"1\"]').length >= 3")
+    at_least(page.locator('#progress-chart .point[data-attempt="1"]'), 3)
     page.locator("#progress-chart svg .marker-advice .marker-head").hover()
     page.locator("#timeline-section").screenshot(path=str(SHOTS / "job-progress-laptop-1280x800.png"))
     page.close()
@@ -139,7 +149,7 @@ def test_the_fleet_view_counts_the_recovery_and_names_the_node(services, recover
     for name, size in SIZES.items():
         page, errors = open_job(browser, services, job, size)
         fleet = page.locator("#fleet-section")
-        page.wait_for_function("document.querySelectorAll('#fleet-by-class .bar').length >= 1")
+        at_least(page.locator("#fleet-by-class .bar"), 1)
         restarts = int(fleet.locator('[data-figure="restarts"] .figure-value').inner_text())
         assert restarts >= 1
         assert fleet.locator('#fleet-by-class .bar[data-class="hang"]').count() >= 1
@@ -147,7 +157,7 @@ def test_the_fleet_view_counts_the_recovery_and_names_the_node(services, recover
         row = fleet.locator(f'#fleet-nodes tr[data-node="{bad}"]')
         assert row.count() == 1 and "XID 79" in row.inner_text()
         health = fleet.locator("#fleet-health").inner_text()
-        assert "leader (actuator lease): actuator" in health and "DLQ" in health, health
+        assert re.search(r"leader \(actuator lease\): (?!none)\S+", health) and "DLQ: " in health, health
         assert fleet.locator('tr[data-durable="decider-anomalies"]').count() == 1
         fleet.scroll_into_view_if_needed()
         fleet.screenshot(path=str(SHOTS / f"fleet-{name}-{size[0]}x{size[1]}.png"))

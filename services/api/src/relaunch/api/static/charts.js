@@ -170,10 +170,11 @@ window.RelaunchCharts = (() => {
     const bw = (width - m.left - m.right) / days.length;
     const y = (v) => m.top + (height - m.top - m.bottom) * (1 - v / hi);
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "fleet-chart" });
-    for (const v of niceTicks(0, hi, 4)) {
+    for (const v of niceTicks(0, hi, 4).filter(Number.isInteger)) {  // counts: whole numbers only
       root.append(svg("line", { x1: m.left, x2: width - m.right, y1: y(v), y2: y(v), class: "grid" }));
       root.append(svg("text", { x: m.left - 5, y: y(v) + 4, "text-anchor": "end", class: "tick" }, v));
     }
+    const every = Math.ceil(days.length / 7);
     days.forEach((d, i) => {
       let base = 0;
       const bx = m.left + i * bw + bw * 0.15;
@@ -189,15 +190,17 @@ window.RelaunchCharts = (() => {
                                                   class: "restarts" }, title(`${d.day}: ${d.restarts} restarts`)));
       if (d.stops) root.append(svg("circle", { cx: bx + bw * 0.5, cy: y(d.stops), r: 3.5, fill: "#1d2330",
                                                class: "stops" }, title(`${d.day}: ${d.stops} stops`)));
-      if (i % Math.ceil(days.length / 7) === 0) {
+      if ((days.length - 1 - i) % every === 0) {  // today always labelled
         root.append(svg("text", { x: bx + bw * 0.35, y: height - m.bottom + 14, "text-anchor": "middle", class: "tick" },
                         d.day.slice(5)));
       }
     });
-    const legend = [...classes.map((c, ci) => [c, palette[ci % palette.length]]), ["restarts", "#1f7a4d"], ["stops", "#1d2330"]];
+    const prefix = key === "by_action" ? "asked to " : "";
+    const legend = [...classes.map((c, ci) => [`${prefix}${c}`, palette[ci % palette.length]]),
+                    ["restarts (Advice)", "#1f7a4d"], ["stops", "#1d2330"]];
     legend.forEach(([c, colour], i) => {
-      root.append(svg("rect", { x: m.left + i * 110, y: height - 16, width: 10, height: 10, fill: colour }));
-      root.append(svg("text", { x: m.left + i * 110 + 14, y: height - 7, class: "tick" }, c));
+      root.append(svg("rect", { x: m.left + i * 130, y: height - 16, width: 10, height: 10, fill: colour }));
+      root.append(svg("text", { x: m.left + i * 130 + 14, y: height - 7, class: "tick" }, c));
     });
     host.append(root);
   }
@@ -209,7 +212,7 @@ window.RelaunchCharts = (() => {
     const width = Math.max(520, host.clientWidth || 700), height = 180;
     const m = { left: 44, right: 10, top: 12, bottom: 24 };
     const hi = Math.max(1, ...recoveries.map((r) => r.lost_s));
-    const bw = (width - m.left - m.right) / recoveries.length;
+    const bw = Math.min(48, (width - m.left - m.right) / recoveries.length);  // one failure is not a wall
     const y = (v) => m.top + (height - m.top - m.bottom) * (1 - v / hi);
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "fleet-chart" });
     for (const v of niceTicks(0, hi, 4)) {
@@ -220,6 +223,10 @@ window.RelaunchCharts = (() => {
       root.append(svg("rect", { x: m.left + i * bw + bw * 0.1, y: y(r.lost_s), width: Math.max(1, bw * 0.8),
                                 height: y(0) - y(r.lost_s), fill: "#2453a6", class: "lost", "data-job": r.job_id },
         title(`job ${r.job_id} attempt ${r.attempt} (${r.class}): ${r.lost_s} s from the failure to running again`)));
+      if (bw >= 30) {
+        root.append(svg("text", { x: m.left + i * bw + bw / 2, y: height - 8, "text-anchor": "middle", class: "tick" },
+                        `job ${r.job_id}`));
+      }
     });
     host.append(root);
   }
