@@ -55,15 +55,17 @@ async def test_one_advice_per_attempt_and_the_outbox_publishes_it(ledger, test_s
             await decider.on_anomaly(anomaly(cluster), DELIVERY)
         rows = await ledger.pool.fetch("SELECT * FROM advice WHERE cluster=$1", cluster)
         assert len(rows) == 1 and rows[0]["generation"] == 1 and rows[0]["status"] == "PENDING"
-        assert await outbox.publish_pending() == 1
+        assert await outbox.publish_pending() == 2  # the Advice and its decision's audit entry
         assert await outbox.publish_pending() == 0
+        audit = await bus.js.get_last_msg(subjects.EVENTS.name, subjects.event_audit(cluster, "5"))
+        assert json.loads(audit.data)["action"] == "restart"
         msg = await bus.js.get_last_msg(subjects.ADVICE.name, subjects.advice(cluster, "5"))
         advice = Advice.model_validate_json(msg.data)
         assert advice.attempt == 0 and advice.operation == "restart" and advice.policy["max_attempts"] == 2
 
         # A crash between publish and mark_published re-sends: JetStream drops the duplicate.
         await ledger.pool.execute("UPDATE outbox SET published_at=NULL")
-        assert await outbox.publish_pending() == 1
+        assert await outbox.publish_pending() == 2
         info = await bus.js.stream_info(subjects.ADVICE.name, subjects_filter=subjects.advice(cluster, "5"))
         assert info.state.subjects == {subjects.advice(cluster, "5"): 1}
 
