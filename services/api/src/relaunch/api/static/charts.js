@@ -198,9 +198,10 @@ window.RelaunchCharts = (() => {
     const prefix = key === "by_action" ? "asked to " : "";
     const legend = [...classes.map((c, ci) => [`${prefix}${c}`, palette[ci % palette.length]]),
                     ["restarts (Advice)", "#1f7a4d"], ["stops", "#1d2330"]];
+    const gap = Math.min(130, (width - m.left - m.right) / legend.length);  // every entry fits the width
     legend.forEach(([c, colour], i) => {
-      root.append(svg("rect", { x: m.left + i * 130, y: height - 16, width: 10, height: 10, fill: colour }));
-      root.append(svg("text", { x: m.left + i * 130 + 14, y: height - 7, class: "tick" }, c));
+      root.append(svg("rect", { x: m.left + i * gap, y: height - 16, width: 10, height: 10, fill: colour }));
+      root.append(svg("text", { x: m.left + i * gap + 14, y: height - 7, class: "tick" }, c));
     });
     host.append(root);
   }
