@@ -62,6 +62,7 @@ reliability:
 	@rm -rf test-artifacts/reliability
 	@rc=0; for v in $(or $(SLURM),$(SLURM_RELEASES)); do \
 	  RELAUNCH_TEST_SLURM=$$v $(PY) -m pytest tests/reliability || rc=1; done; \
+	  RELAUNCH_TEST_RUN_DIR=.run/test-hosts RELAUNCH_TEST_PORT_BASE=27000 $(PY) -m pytest tests/hosts || rc=1; \
 	  $(PY) tests/reliability/faults.py report || rc=1; exit $$rc
 
 test-unit: setup

@@ -1,5 +1,6 @@
 """`make test`: the unit, integration and deploy tiers once, the compose demo once (make demo-compose:
-deploy/compose run in a private Docker engine), then the end-to-end and reliability tiers on every
+deploy/compose run in a private Docker engine), the faults between hosts once (tests/hosts, the hosts
+topology), then the end-to-end and reliability tiers on every
 Slurm release of the matrix, each on a test stack of its own (tests/conftest.py).
 
     python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
@@ -25,6 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "test-artifacts" / "matrix"
 ONCE = ["tests/unit", "tests/integration", "tests/deploy"]
 PER_RELEASE = ["tests/e2e", "tests/reliability"]
+HOSTS = ["tests/hosts"]
+"""Faults between hosts (docs/reliability.md): once, on the host's Slurm, in the hosts topology."""
+HOSTS_ENV = {"RELAUNCH_TEST_RUN_DIR": str(REPO / ".run" / "test-hosts"), "RELAUNCH_TEST_PORT_BASE": "27000"}
 
 
 def pytest(name: str, paths: list[str], env: dict[str, str]) -> int:
@@ -91,6 +95,9 @@ def main() -> int:
         compose = compose_demo()
         if compose[0] != 0:
             failed.append("compose demo")
+        shutil.rmtree(REPO / "test-artifacts" / "reliability" / "hosts", ignore_errors=True)
+        if pytest("hosts", HOSTS, HOSTS_ENV) != 0:
+            failed.append("faults between hosts")
     for release in args.releases:
         results = REPO / "test-artifacts" / "reliability" / release
         shutil.rmtree(results, ignore_errors=True)  # only this run's results (faults.py report)

@@ -311,8 +311,66 @@ def render(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+HOSTS = "hosts"
+"""The folder of the hosts tier's results (tests/hosts: faults between hosts, run once)."""
+
+
+def record_hosts(name: str, fault: str, **row) -> Path:
+    """One row of the hosts table: trials, recoveries, exactly_once, lost, and time stats
+    (detected_s, running_again_s: {median, p95, max}) where they apply; notes."""
+    folder = RESULTS_ROOT / HOSTS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"name": name, "fault": fault, "at": dt.datetime.now(dt.UTC).isoformat(
+        timespec="seconds"), **row}, indent=2) + "\n")
+    return path
+
+
+def _times(stats: dict | None) -> str:
+    if not stats:
+        return "-"
+    return f"{stats['median']:.1f} / {stats['p95']:.1f} / {stats['max']:.1f} s"
+
+
+def render_hosts(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "## Faults between hosts", "",
+             "From `tests/hosts` (once per `make test`, Slurm 22.05), on the hosts topology: each Slurm node, its",
+             "gpu-probe and its job processes in a network namespace of their own (`scripts/stack.sh cut|heal|freeze|",
+             "thaw NODE`), with Slurm's default SlurmdTimeout of 300 s. Times are median / p95 / max from the fault.",
+             "",
+             "| fault | trials | recovered | exactly once | lost | detected | running again |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for r in sorted(rows, key=lambda r: r["name"]):
+        bad = r.get("lost", 0) or r.get("recoveries", 0) != r.get("trials") or r.get("exactly_once", 0) != r.get("trials")
+        cell = (lambda t: f"**{t}**") if bad else (lambda t: t)
+        lines.append(f"| {r['fault']} | {r['trials']} | {cell(r.get('recoveries', 0))} | {r.get('exactly_once', 0)} | "
+                     f"{r.get('lost', 0)} | {_times(r.get('detected_s'))} | {_times(r.get('running_again_s'))} |")
+    notes = [(r["fault"], n) for r in sorted(rows, key=lambda r: r["name"]) for n in r.get("notes", [])]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {fault}: {note}" for fault, note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_fuzz(fuzz: dict | None) -> str:
+    if not fuzz:
+        return ""
+    statuses: dict[str, int] = {}
+    for counts in fuzz["by_operation"].values():
+        for status, n in counts.items():
+            statuses[status] = statuses.get(status, 0) + n
+    shown = ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
+    return "\n".join(["", "## The API under a fuzzer", "",
+                      f"`tests/reliability/test_api_fuzz.py` ({fuzz['tool']}, from the API's own OpenAPI, without a "
+                      f"token and with the operator's): {fuzz['requests']} requests to {fuzz['operations']} "
+                      f"operations, {fuzz['server_errors']} server errors; responses by status: {shown}. Every "
+                      "error was JSON with a `detail`; no request without the token changed state.", ""])
+
+
 def report() -> int:
-    files = sorted(RESULTS_ROOT.glob("*/*.json"))
+    hosts = [json.loads(f.read_text()) for f in sorted((RESULTS_ROOT / HOSTS).glob("*.json"))]
+    files = sorted(f for f in RESULTS_ROOT.glob("*/*.json") if f.parent.name != HOSTS)
     if not files:
         print(f"no results in {RESULTS_ROOT}/<release>/: run make reliability", file=sys.stderr)
         return 1
@@ -322,7 +380,9 @@ def report() -> int:
         if {"fault", "trials", "jobs"} <= set(data):
             data.setdefault("slurm", f.parent.name)
             results.append(data)
-    DOC.write_text(render(results))
+    fuzz = RESULTS_ROOT / "api-fuzz.json"
+    DOC.write_text(render(results) + render_hosts(hosts) + render_fuzz(json.loads(fuzz.read_text()) if fuzz.exists()
+                                                                       else None))
     print(f"wrote {DOC} from {len(results)} result files")
     return 0
 

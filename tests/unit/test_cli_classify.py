@@ -81,3 +81,30 @@ def test_the_command_imports_no_service_package(tmp_path):
     first, imported = out.stdout.splitlines()
     assert json.loads(first)["anomaly"]["signature"] == "cuda_oom"
     assert imported == "[]"
+
+
+def test_the_executable_classifies_without_the_rest_of_the_cli(tmp_path):
+    """`relaunch classify` (entry.py) gives the typer command's output, exit codes and errors without
+    importing typer, rich (for --json), httpx, NATS or pydantic: its start-up is benchmarked."""
+    import subprocess
+    import sys
+    log, missing = tmp_path / "x.log", tmp_path / "missing.log"
+    log.write_text("step 1 loss 2.3\n" + OOM)
+    probe = ("import sys; from relaunch.client.entry import main; sys.argv = ['relaunch', 'classify', '--json', "
+             f"{str(log)!r}, {str(missing)!r}]\ntry:\n    main()\nexcept SystemExit as exit:\n    code = exit.code\n"
+             "heavy = ('typer', 'rich', 'httpx', 'nats', 'pydantic', 'faststream')\n"
+             "print(code, sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    first, last = out.stdout.splitlines()
+    typer_result = RUNNER.invoke(app, ["classify", "--json", str(log), str(missing)])
+    assert first == typer_result.stdout.splitlines()[0]
+    assert last == "2 []" and typer_result.exit_code == 2
+    assert f"cannot read {missing}" in out.stderr and f"cannot read {missing}" in typer_result.stderr
+
+
+def test_the_executable_hands_help_and_other_commands_to_the_full_cli():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "from relaunch.client.entry import main; main()", "classify",
+                          "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--signatures" in out.stdout and "--engine" in out.stdout

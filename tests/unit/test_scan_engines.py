@@ -295,3 +295,24 @@ def test_a_block_with_too_many_engine_hits_is_matched_in_python(monkeypatch):
     data = b"".join(b"[rank%d]: RuntimeError: CUDA error: out of memory\n" % r for r in range(10))
     assert scanner.line_finder(data) is None
     assert matches(scanner, data, 1 << 20) == reference(data)
+
+
+@pytest.mark.parametrize("block_bytes", [16, 64, 1000])
+def test_reused_buffers_give_the_blocks_fresh_ones_do(block_bytes):
+    """blocks.iter_reused_blocks (the offline reader) cuts a stream exactly as iter_byte_blocks does:
+    carriage returns, over-long lines running past a read, a last line without its newline."""
+    from relaunch.common.diagnosis.blocks import iter_reused_blocks
+    import random
+    rng = random.Random(7)
+    pieces = [b"short\n", b"x" * 300 + b"\n", b"bar\rbaz\r\n", b"\n", b"y" * 40 + b"\n", b"z" * 90]
+    data = b"".join(rng.choice(pieces) for _ in range(400)) + b"no newline at the end"
+    expected = list(iter_byte_blocks(io.BytesIO(data), block_bytes, 50))
+    got, held = [], []
+    for buf, length in iter_reused_blocks(io.BytesIO(data), 4, block_bytes, 50):
+        held.append((buf, length, bytes(memoryview(buf)[:length])))
+        if len(held) > 2:  # ring - 2 blocks may be held unfinished: they must not have changed
+            old_buf, old_length, old_copy = held.pop(0)
+            assert bytes(memoryview(old_buf)[:old_length]) == old_copy
+            got.append(old_copy)
+    got += [copy for _, _, copy in held]
+    assert got == expected

@@ -1,6 +1,26 @@
-"""relaunch.client: the public SDK (event subscription for custom consumers) and the `relaunch` CLI."""
+"""relaunch.client: the public SDK (event subscription for custom consumers) and the `relaunch` CLI.
 
-from .events import EventStream, decode, subscribe
-from .progress import ProgressReporter, report_progress
+The SDK's names are imported at first use (PEP 562), not with the package: every module of the CLI
+imports this package first, and `relaunch classify`, whose start-up is benchmarked, needs neither
+NATS nor pydantic (entry.py)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .events import EventStream, decode, subscribe
+    from .progress import ProgressReporter, report_progress
 
 __all__ = ["EventStream", "ProgressReporter", "decode", "report_progress", "subscribe"]
+_HOME = {"EventStream": "events", "decode": "events", "subscribe": "events",
+         "ProgressReporter": "progress", "report_progress": "progress"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value

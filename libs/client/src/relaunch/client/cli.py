@@ -19,7 +19,7 @@ from rich.table import Table
 from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
 from relaunch.common.schemas import dump
 
-from . import inject, operator_cli
+from . import classify_command, inject, operator_cli
 from . import settings as client_settings
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
@@ -193,89 +193,12 @@ def classify(files: list[str] = typer.Argument(..., help="Log files to classify;
              as_json: bool = typer.Option(False, "--json", help="One JSON object per file per line."),
              signatures: list[Path] = typer.Option([], "--signatures", help="An operator signature file "
                                                    "(TOML, tried before the built-in ones); repeatable."),
-             engine: str = typer.Option("auto", "--engine", help="What picks the lines to match: auto "
-                                        "(Hyperscan when installed, else Python), hyperscan or python. The "
-                                        "results are the same; only the speed differs.")) -> None:
+             engine: str = typer.Option("auto", "--engine", help=classify_command.ENGINE_HELP)) -> None:
     """Say what went wrong in training logs, offline (no server): the root cause, its fault domain and
     what relaunch would do. Exit 2 when a file cannot be read."""
-    # Imported here, not at the top: only this command needs the scanner (start-up time is benchmarked).
-    from relaunch.common.diagnosis.offline import classify_stream, load_scanner
-    from relaunch.common.diagnosis.scan_engines import ENGINES, EngineUnavailable
-    from relaunch.common.diagnosis.signatures import CatalogueError
-
-    if engine not in ENGINES:
-        err.print(f"[red]--engine must be one of {', '.join(ENGINES)}[/red]")
-        raise typer.Exit(EXIT_USAGE)
-    try:
-        scanner = load_scanner([str(path) for path in signatures], engine)
-    except (CatalogueError, OSError) as exc:
-        err.print(f"[red]cannot load signatures[/red]: {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from exc
-    except EngineUnavailable as exc:
-        err.print(f"[red]the hyperscan engine cannot be used[/red]: {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from exc
-    unreadable = []
-    for name in files:
-        try:
-            if name == "-":
-                found = classify_stream(_stdin_bytes(), scanner)
-            else:
-                with open(name, "rb") as stream:
-                    found = classify_stream(stream, scanner)
-        except OSError as exc:
-            unreadable.append(name)
-            err.print(f"[red]cannot read {escape(name)}[/red]: {escape(exc.strerror or str(exc))}", soft_wrap=True)
-            continue
-        if as_json:
-            print(json.dumps({"file": name, "anomaly": _anomaly_json(found)}), flush=True)
-        else:
-            _print_classification(name, found)
-    if unreadable:
-        raise typer.Exit(EXIT_USAGE)
-
-
-def _stdin_bytes():
-    return getattr(sys.stdin, "buffer", None) or _TextAsBytes(sys.stdin)
-
-
-class _TextAsBytes:
-    """Standard input that is text only (an embedding host, a test runner): read it as UTF-8 bytes."""
-
-    def __init__(self, text_stream) -> None:
-        self.text_stream = text_stream
-
-    def read(self, size: int = -1) -> bytes:
-        return self.text_stream.read(size).encode("utf-8", "replace")
-
-
-def _anomaly_json(found) -> dict | None:
-    if found is None:
-        return None
-    return {"kind": "crash", "signature": found.signature_id, "category": found.category,
-            "fault_domain": found.fault_domain, "action": found.action, "nodes": list(found.nodes),
-            "ranks": list(found.ranks), "evidence": [e.text for e in found.evidence]}
-
-
-def _print_classification(name: str, found) -> None:
-    """Log text is untrusted: everything taken from it is escaped for rich's markup."""
-    if found is None:
-        console.print(f"[bold]{escape(name)}[/bold]: [green]no failure found[/green]", soft_wrap=True)
-        return
-    console.print(f"[bold]{escape(name)}[/bold]: [red]{escape(found.category)}[/red] — {escape(found.summary)}",
-                  soft_wrap=True)
-    console.print(f"  fault domain {found.fault_domain}, action {found.action}, signature {found.signature_id}"
-                  f"{' (only a symptom: nothing better explains it)' if found.cascade else ''}", soft_wrap=True)
-    where = []
-    if found.nodes:
-        where.append("nodes " + ", ".join(found.nodes))
-    if found.ranks:
-        shown = ", ".join(map(str, found.ranks[:16])) + (" …" if len(found.ranks) > 16 else "")
-        where.append(f"ranks {shown}")
-    if where:
-        console.print("  " + escape("; ".join(where)), soft_wrap=True)
-    for evidence in found.evidence:
-        text = evidence.text if len(evidence.text) <= 200 else evidence.text[:200] + "…"
-        console.print(f"  [dim]line {evidence.index + 1}:[/dim] {escape(text)}", soft_wrap=True, highlight=False)
+    code = classify_command.run(files, as_json, [str(path) for path in signatures], engine)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("demo")

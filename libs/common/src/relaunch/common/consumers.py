@@ -62,6 +62,9 @@ DETECTOR_PROGRESS = Consumer("detector", subjects.DETECTOR_PROGRESS, ProgressRep
 DETECTOR_JOBS = Consumer("detector", subjects.DETECTOR_JOBS, JobObserved,
                          "The scheduler's view of each job: what to follow, failures Slurm reports.",
                          per_subject=True, batch=64)
+DETECTOR_NODES = Consumer("detector", subjects.DETECTOR_NODES, NodeHealth,
+                          "gpu-probe heartbeats: a node whose probe falls silent while its job stops is lost.",
+                          batch=64)
 # Jobs decided concurrently (a decision mostly waits on Postgres, and 1,000 failures at once must all
 # be decided within seconds); safe, as between replicas: each holds its job's row lock.
 DECIDER_JOBS = Consumer("decider", subjects.DECIDER_JOBS, JobObserved, "Job observations, into the ledger.",
@@ -85,8 +88,8 @@ NOTIFIER_RECONCILE = Consumer("notifier", subjects.NOTIFIER_RECONCILE, Reconcile
 NOTIFIER_DLQ = Consumer("notifier", subjects.NOTIFIER_DLQ, DeadLetter,
                         "Dead letters: relaunch itself is unhealthy, posted to webhooks.", batch=64, engine="ingest")
 
-ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DECIDER_JOBS, DECIDER_ANOMALIES,
-                             DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE,
+ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS,
+                             DECIDER_ANOMALIES, DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE,
                              NOTIFIER_AUDIT, NOTIFIER_RECONCILE, NOTIFIER_DLQ)
 
 

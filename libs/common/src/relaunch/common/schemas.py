@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from relaunch.common.verdicts import Action, FaultDomain  # noqa: F401 - re-exported
+
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
 
@@ -33,8 +35,6 @@ def _job_id(value: str) -> str:
 Name = Annotated[str, AfterValidator(validate_name)]
 JobId = Annotated[str, AfterValidator(_job_id)]
 
-FaultDomain = Literal["hardware", "infrastructure", "application", "resource", "scheduler", "unknown"]
-Action = Literal["restart", "restart_excluding", "stop"]
 Operation = Literal["restart", "terminate"]
 ReconcileState = Literal["PENDING", "CONVERGED", "ABANDONED"]
 

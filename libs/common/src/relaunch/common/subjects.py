@@ -102,6 +102,8 @@ class ConsumerSpec:
 DETECTOR_LOGS = ConsumerSpec("detector-logs", SIGNALS, ALL_SIGNAL_LOG, ack_wait_s=30, max_deliver=10)
 DETECTOR_JOBS = ConsumerSpec("detector-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=60)
 DETECTOR_PROGRESS = ConsumerSpec("detector-progress", SIGNALS, ALL_SIGNAL_PROGRESS, ack_wait_s=30, max_deliver=10)
+# gpu-probe heartbeats: their silence finds a lost host (a missed one costs nothing: the next one counts).
+DETECTOR_NODES = ConsumerSpec("detector-nodes", SIGNALS, ALL_SIGNAL_NODE, ack_wait_s=30, max_deliver=5)
 # The decider owns the ledger: it records jobs, anomalies, reconcile statuses and audit entries.
 DECIDER_JOBS = ConsumerSpec("decider-jobs", SIGNALS, ALL_SIGNAL_JOB, ack_wait_s=30, max_deliver=100)
 DECIDER_ANOMALIES = ConsumerSpec("decider-anomalies", EVENTS, ALL_ANOMALIES, ack_wait_s=30, max_deliver=100)

@@ -8,6 +8,8 @@ TemporaryError, which the outcome middleware naks with that delay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import datetime as dt
 import logging
 import time
@@ -25,7 +27,7 @@ from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus
 from .adapters.coordination import HoldRegistry
 from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
-from .domain.draining import Drain, plan_drains
+from .domain.draining import Drain, lost_nodes, plan_downs, plan_drains
 from .domain.observing import Observed
 from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, observe_only, plan
 from .domain.refusals import Refusals, describe
@@ -61,9 +63,14 @@ class Reconciler:
     """Consumes ADVICE; acks only at a terminal outcome, naks to look again meanwhile."""
 
     def __init__(self, bus: Bus, slurm: Slurm, mode: str, holds: HoldRegistry, limit: ActionRateLimit | None,
-                 partitions: frozenset[str] = frozenset(), drain_nodes: bool = False) -> None:
+                 partitions: frozenset[str] = frozenset(), drain_nodes: bool = False,
+                 down_lost_nodes: bool = True, fence: Callable[[], bool] = lambda: True) -> None:
+        """`fence()`: whether this actuator may still act (it holds the lease, coordination.py); asked
+        right before every Slurm command."""
         self.bus, self.slurm, self.mode, self.holds = bus, slurm, mode, holds
+        self.fence = fence
         self.limit, self.partitions, self.drain_nodes = limit, partitions, drain_nodes
+        self.down_lost_nodes = down_lost_nodes
         self._drain_rejected: set[tuple[str, str, int, str]] = set()
         self.refusals = Refusals()
         self.clock = time.monotonic
@@ -84,7 +91,7 @@ class Reconciler:
     async def handle(self, advice: Advice, delivery: Delivery) -> Outcome:
         observed = await self.slurm.observe(advice.job_id)
         newest = await self.newest_generation(advice)
-        drains = await self._drains_to_do(advice)
+        drains = await self._drains_to_do(advice) + await self._downs_to_do(advice, observed)
         p = plan(advice, observed, utcnow(), newest, self.partitions, drains,
                  self._ended.get((advice.cluster, advice.job_id, advice.generation, observed.restarts)))
         if p.kind in ("converged", "abandoned"):
@@ -97,6 +104,12 @@ class Reconciler:
         await self.holds.touch(advice.cluster, advice.job_id)  # the watchdog sees we are alive
         if p.kind == "wait":
             return again(p.detail, p.delay)
+        if not self.fence():
+            # The lease may be another actuator's by now (NATS lost mid-reconcile): take no step; the
+            # Advice goes back to the stream and the leader reconciles it from Slurm's state.
+            log.warning("advice %s/%s gen %d: not the leader any more; %s left to the leader", advice.cluster,
+                        advice.job_id, advice.generation, p.step)
+            return again("not the leader any more", 1.0)
         await self._notice(advice, p)
         return await self._take_step(advice, p, observed)
 
@@ -116,6 +129,18 @@ class Reconciler:
         return tuple(d for d in plan_drains(advice, conditions)
                      if (advice.cluster, advice.job_id, advice.generation, d.node) not in self._drain_rejected)
 
+    async def _downs_to_do(self, advice: Advice, observed: Observed) -> tuple[Drain, ...]:
+        """Lost nodes this Advice's job still holds, to mark DOWN (draining.py); only for an Advice with
+        lost-node evidence, so no other reconcile pays for the look at the nodes."""
+        if not self.down_lost_nodes or advice.operation != "restart" or observed.state not in ("RUNNING", "COMPLETING"):
+            return ()
+        lost = sorted(set(lost_nodes(advice)) & set(observed.nodes))
+        if not lost:
+            return ()
+        conditions = await self.slurm.node_conditions(lost)
+        return tuple(d for d in plan_downs(advice, observed.nodes, conditions)
+                     if (advice.cluster, advice.job_id, advice.generation, d.node) not in self._drain_rejected)
+
     async def _observe_only(self, advice: Advice, observed: Observed, drains: tuple[Drain, ...] = ()) -> None:
         """Record every command act mode would run from here, run none, and finish the Advice."""
         prefix = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.observe"
@@ -129,19 +154,20 @@ class Reconciler:
         """One node drain; a rejected drain is audited and not retried for this Advice (the restart goes on)."""
         assert p.drain is not None
         node = p.drain.node
-        key = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.drain.{node}"
+        what = "drain" if p.drain.state == "DRAIN" else "down"
+        key = f"actuator.{advice.cluster}.{advice.job_id}.{advice.generation}.{what}.{node}"
         if self.limit is not None:
             await self.limit.take()
         try:
             await self.slurm.run_command(p.argv)
         except PermanentError as exc:
             self._drain_rejected.add((advice.cluster, advice.job_id, advice.generation, node))
-            await self._audit(advice, "drain rejected", str(exc)[:1000], key + ".rejected")
+            await self._audit(advice, f"{what} rejected", str(exc)[:1000], key + ".rejected")
             return
-        STEPS.labels("drain", "act").inc()
-        await self._audit(advice, "drain", p.audit, key)
+        STEPS.labels(what, "act").inc()
+        await self._audit(advice, "drain" if what == "drain" else "lost node marked down", p.audit, key)
         status = ReconcileStatus(cluster=advice.cluster, job_id=advice.job_id, generation=advice.generation,
-                                 status="PENDING", reason=p.reason, step="drain", detail=p.detail[:1000], at=utcnow())
+                                 status="PENDING", reason=p.reason, step=what, detail=p.detail[:1000], at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, advice.job_id), status, msg_id=key + ".status")
 
     async def _take_step(self, advice: Advice, p: Plan, observed: Observed) -> Outcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import functools
 import logging
 import os
@@ -39,17 +40,31 @@ async def amain() -> None:
     observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader,
                         history_window_s=settings.history_window_s)
     reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions),
-                            drain_nodes=settings.drain_nodes)
+                            drain_nodes=settings.drain_nodes, down_lost_nodes=settings.down_lost_nodes,
+                            fence=lambda: lease.is_leader)
     log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,
              ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 
     async def watch_redis(stop: asyncio.Event) -> None:
         await every(2, limit.ping, stop)
 
+    slurm_seen = [time.monotonic()]
+
+    async def watch_slurm(stop: asyncio.Event) -> None:
+        async def check() -> None:
+            now = time.monotonic()
+            if await slurm.reachable():
+                slurm_seen[0] = now
+            elif lease.is_leader and now - slurm_seen[0] > settings.slurm_lost_s:
+                await lease.step_down(settings.step_down_s,
+                                      f"slurmctld has not answered for {now - slurm_seen[0]:.0f} s")
+        await every(2, check, stop)
+
     def tasks(stop: asyncio.Event):
         return [
             lease.run(stop),
             watch_redis(stop),
+            watch_slurm(stop),
             observer.run(stop),
             # A FastStream subscriber that runs only while this actuator holds the lease.
             consume(bus, consumers.ACTUATOR_ADVICE, functools.partial(handle_advice, reconciler), stop,

@@ -31,12 +31,21 @@ class ActuatorSettings(ServiceSettings):
     """The leader lease's lifetime; a standby takes over within lease_ttl_s + lease_renew_s."""
     lease_renew_s: float = 2.0
     """How often the leader renews its lease and a standby tries to take it."""
+    slurm_lost_s: float = 15.0
+    """A leader that cannot reach slurmctld (`scontrol ping`) for this long steps down, and leaves the
+    lease to a standby for `step_down_s`: one that can reach Slurm carries on (docs/reliability.md)."""
+    step_down_s: float = 60.0
     instance: str = ""
     """This actuator's name in the lease (default: host name and process id)."""
     drain_nodes: bool = False
     """Drain a node (`scontrol update NodeName=X State=DRAIN Reason="relaunch: ..."`) when an Advice
     excludes it with confirmed hardware evidence (a gpu-probe "failed" verdict, or a hardware-domain
     log signature naming it). Off: nodes are only excluded from the job. Observe mode only audits it."""
+    down_lost_nodes: bool = True
+    """Mark a lost node DOWN (`scontrol update NodeName=X State=DOWN Reason="relaunch: ..."`) when an
+    Advice excludes it because the detector found it lost (its gpu-probe silent while the job stopped)
+    and the job still holds it: otherwise Slurm keeps the job COMPLETING, away from its restart, until
+    SlurmdTimeout. At most two nodes per Advice (docs/operator-guide.md). Observe mode only audits it."""
     history_window_s: float = 900.0
     """On start-up (and on taking over the lease) the observer reads job accounting (sacct) this far
     back for opted-in jobs that ended, and were forgotten by slurmctld, while no observer was looking."""

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .adapters.postgres import SCHEMA_TOO_OLD, UNAVAILABLE
+from .adapters.postgres import BAD_VALUE, SCHEMA_TOO_OLD, UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,12 @@ def install(app: FastAPI) -> None:
     async def old_schema(request: Request, exc: Exception) -> JSONResponse:
         return problem(503, f"the ledger's schema is older than this API ({exc})",
                        hint="start or restart the decider: it applies the ledger's migrations")
+
+    @app.exception_handler(BAD_VALUE)
+    async def bad_value(request: Request, exc: Exception) -> JSONResponse:
+        # Found by the fuzzer (tests/reliability/test_api_fuzz.py): a NUL character in a filter, say.
+        return problem(422, f"a value in the request cannot be looked up: {str(exc)[:200]}",
+                       hint="text may not hold NUL characters (U+0000); see /docs for each parameter's range")
 
     async def db_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("ledger unavailable: %s", exc)

@@ -68,7 +68,8 @@ class Detector:
         # An observation without paths (the actuator found the job in accounting and Slurm kept no
         # path) does not erase the paths an earlier observation gave.
         fields = {"stdout": obs.stdout or info.get("stdout", ""), "stderr": obs.stderr or info.get("stderr", ""),
-                  "nodes": nodes_field(obs.nodes), "options": json.dumps(parse_comment(obs.comment).options)}
+                  "nodes": nodes_field(obs.nodes), "options": json.dumps(parse_comment(obs.comment).options),
+                  "state": obs.state}
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:
             return  # an older observation than what we already follow

@@ -21,6 +21,7 @@ from .adapters.hotstate import HotState
 from .anomalies import AnomalyPublisher
 from .domain import hangs, stragglers
 from .handlers import Detector
+from .lostnodes import LostNodeWatch
 from .rebuilding import HotStateRebuilder
 from .adapters.progress_store import ProgressStore
 from .progress_history import ProgressHistory
@@ -67,7 +68,12 @@ async def amain() -> None:
         await every(2, check, stop)
 
     # Job observations on FastStream (the router); log batches and progress on the ingest engine.
-    await serve(bus, router(detector, bus.inbox_prefix), (consumers.DETECTOR_JOBS,))
+    async def nodes_read_until(now: float) -> float:
+        return min(await progress_read_until(now), await handled_until(bus, consumers.DETECTOR_NODES, now))
+
+    nodes = LostNodeWatch(state, anomalies, tracker, common.cluster, sweep_s=settings.hang_sweep_s,
+                          read_until=nodes_read_until)
+    await serve(bus, router(detector, bus.inbox_prefix, nodes), (consumers.DETECTOR_JOBS, consumers.DETECTOR_NODES))
 
     def tasks(stop: asyncio.Event):
         return [
@@ -79,6 +85,7 @@ async def amain() -> None:
             # each job's batches in order).
             consume_batch(bus, consumers.DETECTOR_PROGRESS, on_progress_batch, stop, concurrency=3),
             tracker.sweep(stop),
+            nodes.sweep(stop),
             rebuilder.run(stop),
         ]
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from relaunch.common.schemas import AnomalyDetected
 
+PROBE_SILENT = Gauge("relaunch_probe_silent_nodes",
+                     "Nodes whose gpu-probe heartbeats stopped (lost hosts, or a probe down while the host works)")
 LINES = Counter("relaunch_log_lines_total", "Log lines read from job files")
 ANOMALIES = Counter("relaunch_anomalies_total", "Anomalies published", ["kind", "category", "source"])
 DETECTION_SECONDS = Histogram(

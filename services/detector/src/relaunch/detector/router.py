@@ -11,13 +11,16 @@ from relaunch.common.schemas import AnomalyDetected, LogBatch
 from relaunch.common.serving import route
 
 from .handlers import Detector
+from .lostnodes import LostNodeWatch
 
 
-def router(detector: Detector | None = None, inbox_prefix: str = "_INBOX") -> NatsRouter:
+def router(detector: Detector | None = None, inbox_prefix: str = "_INBOX",
+           nodes: LostNodeWatch | None = None) -> NatsRouter:
     """The detector's router; without a detector, the declaration alone (for the AsyncAPI document),
     the ingest engine's two consumers included."""
     r = NatsRouter()
     route(r, consumers.DETECTOR_JOBS, detector.on_job if detector else None, inbox_prefix)
+    route(r, consumers.DETECTOR_NODES, nodes.on_node if nodes else None, inbox_prefix)
     if detector is None:
         route(r, consumers.DETECTOR_LOGS)
         route(r, consumers.DETECTOR_PROGRESS)

@@ -29,7 +29,7 @@ from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 from .adapters.hotstate import HELD, HotState, parse_nodes
 from .anomalies import AnomalyPublisher
 from .adapters.statecache import StateCache
-from .domain import hangs, stragglers
+from .domain import hangs, lost_nodes, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.progress import CheckpointMark, ProgressPoint, parse_line
@@ -273,6 +273,15 @@ class ProgressTracker:
         if data is None or data.get("attempt") != attempt:
             return None
         return hangs.HangState.from_dict(data["hang"]).high_step
+
+    async def progress_of(self, job_id: str, attempt: int) -> lost_nodes.Progress:
+        """The attempt's last step, its time and recent step intervals (for lost-node detection)."""
+        data = await self.state.progress(self.cluster, job_id)
+        if data is None or data.get("attempt") != attempt:
+            return lost_nodes.Progress(None)
+        hang = hangs.HangState.from_dict(data["hang"])
+        return lost_nodes.Progress(hang.progress_at, hang.high_step, tuple(hang.intervals[-20:]),
+                                   saving=hang.save_started_at is not None)
 
     async def _publish(self, evidence_at: dt.datetime, anomaly: AnomalyDetected) -> None:
         await self.anomalies.publish(anomaly, evidence_at)

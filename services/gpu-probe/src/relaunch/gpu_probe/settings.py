@@ -17,9 +17,11 @@ class ProbeSettings(ServiceSettings):
 
     node: str = ""
     """The Slurm node this probe reports for (required; `--node` sets it too)."""
-    interval_s: float = Field(10.0, gt=0)
+    interval_s: float = Field(2.0, gt=0)
     """Seconds between NodeHealth publications. They double as heartbeats: a consumer that hears
-    nothing from a node for a few intervals treats its probe (or the node) as down."""
+    nothing from a node for a few intervals treats its probe (or the node) as down: the detector
+    finds a lost host after 2 silent intervals (docs/reliability.md, "Faults between hosts"), so the
+    interval bounds how fast that is."""
     expected_gpus: int = Field(8, ge=0)
     """GPUs the node should have; fewer answering NVML means one fell off the bus (0: do not check the
     count). The fake backend simulates this many."""

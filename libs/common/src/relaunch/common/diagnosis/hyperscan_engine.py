@@ -54,7 +54,9 @@ class HyperscanLineFinder:
             scratch = self._local.scratch = hyperscan.Scratch(self._database)
         return scratch
 
-    def __call__(self, block: bytes) -> list[tuple[int, int]] | None:
+    def __call__(self, block: bytes | bytearray, length: int | None = None) -> list[tuple[int, int]] | None:
+        """The lines of block[:length] (all of it by default) that may match; None: too many to say."""
+        size = len(block) if length is None else length
         ends: list[int] = []
 
         def on_match(_id: int, _start: int, end: int, _flags: int, _context: object) -> bool:
@@ -62,7 +64,8 @@ class HyperscanLineFinder:
             return len(ends) >= MAX_ENDS  # true stops the scan
 
         try:
-            self._database.scan(block, match_event_handler=on_match, scratch=self._scratch())
+            self._database.scan(block if size == len(block) else memoryview(block)[:size],
+                                match_event_handler=on_match, scratch=self._scratch())
         except hyperscan.ScanTerminated:
             return None
         spans, line_end = [], -1
@@ -72,8 +75,8 @@ class HyperscanLineFinder:
             # Matches never hold a newline (the supersets exclude it), so the line is the one
             # around the match's last byte.
             start = block.rfind(b"\n", 0, end - 1) + 1
-            line_end = block.find(b"\n", end - 1)
-            line_end = len(block) if line_end < 0 else line_end
+            line_end = block.find(b"\n", end - 1, size)
+            line_end = size if line_end < 0 else line_end
             spans.append((start, line_end))
         return spans
 

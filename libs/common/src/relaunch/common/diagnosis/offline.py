@@ -5,7 +5,8 @@ No server, no bus: the only I/O is reading the stream handed in (and the scan en
 Speed: with a line finder (Hyperscan), the costly work on a block (the engine's search, which
 releases the GIL, and counting its lines) is independent of other blocks, so it runs on a few
 threads ahead of the reader while the matches are consumed in order on the caller's thread.
-Memory stays bounded: at most 2 x threads blocks of 8 MiB are in flight (MAX_THREADS = 4).
+Blocks are read into a ring of reused buffers (blocks.iter_reused_blocks: no fresh object or copy per
+block), 2 x threads + 3 of 512 KiB (MAX_THREADS = 4): memory stays bounded.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, TypeVar
 
-from .blocks import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks
+from .blocks import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks, iter_reused_blocks
 from .classifying import Classification, classify
 from .scanning import Scanner
-from .signatures import load_catalogue
-from .scan_engines import Engine, scanner_with_engine
+from . import scanner_cache
+from .scan_engines import Engine, with_engine
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,20 +32,28 @@ MAX_THREADS = 4
 
 def load_scanner(extra_signature_files: list[str] | None = None, engine: Engine = "auto") -> Scanner:
     """The built-in catalogue, after the operator's files, with the scan engine asked for (raises
-    CatalogueError, OSError, or scan_engines.EngineUnavailable when Hyperscan is asked for by name)."""
-    return scanner_with_engine(load_catalogue(list(extra_signature_files or [])), engine)
+    CatalogueError, OSError, or scan_engines.EngineUnavailable when Hyperscan is asked for by name).
+    The scanner comes from the cache between runs when its inputs have not changed (scanner_cache)."""
+    return with_engine(scanner_cache.load(list(extra_signature_files or [])), engine)
 
 
 def classify_stream(stream: BinaryIO, scanner: Scanner, threads: int | None = None) -> Classification | None:
     """The root cause of one log, read block by block (memory stays bounded on huge files)."""
     if scanner.line_finder is None:  # Python matches every block whole: smaller blocks, less memory
         return classify(scanner.scan_bytes(iter_byte_blocks(stream, MAX_READ), MAX_LINE_BYTES))
-    blocks = iter_byte_blocks(stream)
     workers = _threads() if threads is None else threads
+
+    def prepare(block: tuple[bytes | bytearray, int]):
+        return scanner.prepare_block(*block)
+
     if workers <= 1:
-        return classify(scanner.scan_bytes(blocks, MAX_LINE_BYTES))
+        return classify(scanner.scan_prepared(map(prepare, iter_reused_blocks(stream, ring=3)), MAX_LINE_BYTES))
+    ahead = 2 * workers
+    # A buffer is reused `ring` blocks after it was read: by then the `ahead` blocks in flight, the one
+    # being matched and the one being read are others.
+    blocks = iter_reused_blocks(stream, ring=ahead + 3)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="relaunch-scan") as pool:
-        prepared = ordered_map(pool.submit, scanner.prepare_block, blocks, ahead=2 * workers)
+        prepared = ordered_map(pool.submit, prepare, blocks, ahead=ahead)
         return classify(scanner.scan_prepared(prepared, MAX_LINE_BYTES))
 
 

@@ -39,7 +39,16 @@ def hyperscan_importable() -> bool:
 
 @functools.lru_cache(maxsize=16)
 def scanner_with_engine(catalogue: Catalogue, engine: Engine = "auto") -> Scanner:
-    scanner = scanner_for(catalogue)
+    return _with_engine(scanner_for(catalogue), engine)
+
+
+@functools.lru_cache(maxsize=16)
+def with_engine(scanner: Scanner, engine: Engine = "auto") -> Scanner:
+    """The scanner with the line finder of the engine asked for (cached per scanner object)."""
+    return _with_engine(scanner, engine)
+
+
+def _with_engine(scanner: Scanner, engine: Engine) -> Scanner:
     if engine == "python":
         log.info("scan engine: python (asked for)")
         return scanner

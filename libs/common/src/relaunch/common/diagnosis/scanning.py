@@ -30,9 +30,10 @@ _NODE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 """What relaunch.common.schemas.Name accepts: a name that is not one cannot be excluded in Slurm."""
 _ADDRESS = re.compile(r"^[0-9.:]+$")
 
-LineFinder = Callable[[bytes], "list[tuple[int, int]] | None"]
-"""Given a block of whole lines (bytes), the (start, end) spans of the lines that may match, in order,
-or None when it cannot say cheaply (the block is then matched line by line in Python)."""
+LineFinder = Callable[[bytes, int], "list[tuple[int, int]] | None"]
+"""Given a block of whole lines (bytes, or a reused buffer) and how many of its bytes are the block, the
+(start, end) spans of the lines that may match, in order, or None when it cannot say cheaply (the block
+is then matched line by line in Python)."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,22 @@ class Scanner:
         self._finder_any_case = re.compile(source, re.IGNORECASE) if source else None
         self._plan = functools.lru_cache(maxsize=4096)(self._plan_uncached)
 
+    def __getstate__(self) -> dict:
+        """What a pickled scanner keeps (scanner_cache): the derived units and finders, not the plan
+        cache nor a line finder (an engine's handle; with_line_finder adds one)."""
+        state = self.__dict__.copy()
+        state.pop("_plan", None)
+        state["line_finder"], state["engine"] = None, "python"
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._plan = functools.lru_cache(maxsize=4096)(self._plan_uncached)
+
     def with_line_finder(self, line_finder: LineFinder, engine: str) -> Scanner:
         """This scanner with a line finder: a shallow copy, since building the units costs ~0.2 s."""
         twin = copy.copy(self)
-        twin.line_finder, twin.engine = line_finder, engine
+        twin.__dict__.update(line_finder=line_finder, engine=engine)
         return twin
 
     def explaining_patterns(self) -> list[re.Pattern[str]]:
@@ -220,11 +233,13 @@ class Scanner:
             pos = end + 1
         return index + text.count("\n", counted) + (0 if block.endswith("\n") or not block else 1)
 
-    def prepare_block(self, block: bytes) -> PreparedBlock:
+    def prepare_block(self, block: bytes | bytearray, length: int | None = None) -> PreparedBlock:
         """The costly, independent part of scanning a block (the engine's search and the line count),
-        separate so that a caller may run it for several blocks at once: it touches no shared state."""
-        spans = self.line_finder(block) if self.line_finder is not None and block else None
-        return PreparedBlock(block, block.count(b"\n") if spans is not None else -1, spans)
+        separate so that a caller may run it for several blocks at once: it touches no shared state.
+        The block is block[:length] (a reused buffer, blocks.iter_reused_blocks), all of it by default."""
+        size = len(block) if length is None else length
+        spans = self.line_finder(block, size) if self.line_finder is not None and size else None
+        return PreparedBlock(block, block.count(b"\n", 0, size) if spans is not None else -1, spans, size)
 
     def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
         """Like `scan_text` over raw blocks that end at line ends (blocks.iter_byte_blocks):
@@ -237,9 +252,10 @@ class Scanner:
         """`scan_bytes` over blocks already prepared (prepare_block), in order."""
         index = 0
         for block in blocks:
-            data = block.data
+            data, size = block.data, block.size
             if block.spans is None:
-                index = yield from self._scan_block(decoded_lines(data, max_line_bytes), index)
+                whole = data if size == len(data) else bytes(memoryview(data)[:size])
+                index = yield from self._scan_block(decoded_lines(whole, max_line_bytes), index)
                 continue
             base, counted = index, 0
             for start, end in block.spans:
@@ -249,7 +265,7 @@ class Scanner:
                 found = self.match_line(line, index)
                 if found is not None:
                     yield found
-            index = base + block.newlines + (0 if data.endswith(b"\n") else 1)
+            index = base + block.newlines + (0 if size == 0 or data[size - 1] == 0x0A else 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +276,12 @@ class PreparedBlock:
     """How many newlines `data` holds (-1 when spans is None: not needed)."""
     spans: list[tuple[int, int]] | None
     """The lines worth matching, from the line finder; None: match every line in Python."""
+    size: int = -1
+    """The block is data[:size] (a reused buffer may be longer)."""
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            object.__setattr__(self, "size", len(self.data))
 
 
 def decoded_lines(data: bytes, max_line_bytes: int) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, get_args
 
-from relaunch.common.schemas import Action, FaultDomain
+from relaunch.common.verdicts import Action, FaultDomain
 
 from .pattern_analysis import backtracking_risk, required_literals
 

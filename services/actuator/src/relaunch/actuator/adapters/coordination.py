@@ -7,6 +7,14 @@ standby takes over within ttl_s + renew_s (6 + 2 s by default). Losing a renewal
 leadership at once. A short overlap of two leaders is harmless: every reconcile step re-checks
 Slurm's state first, and a requeue needs the restart counter to still equal the failed attempt's.
 
+Fencing (docs/reliability.md, "A partitioned actuator"): a leader cut off from NATS cannot learn
+that its lease lapsed, and its last renewal may hang in a request timeout. So leadership is also
+bounded by the local clock: `is_leader` holds only until ttl_s - renew_s after the last renewal NATS
+confirmed (the server expires the entry ttl_s after it received that renewal, which was later), and
+the reconciler asks again right before every Slurm command. No step is taken by an actuator whose
+lease may have passed to another. A leader that cannot reach Slurm steps down (`step_down`) and
+leaves the lease to a standby for a while, so that one that can reach Slurm carries on.
+
 Holds (bucket `relaunch-holds`, no expiry): key `<cluster>.<job>` is written BEFORE the actuator
 runs `scontrol requeuehold`, touched on every reconcile pass, and deleted at a terminal outcome.
 The watchdog releases only jobs in this registry, and only when their entry went stale.
@@ -51,10 +59,29 @@ class Lease:
         self.ttl_s, self.renew_s = ttl_s, renew_s
         self._revision: int | None = None
         self._kv: KeyValue | None = None
+        self.clock = time.monotonic
+        self._valid_until = 0.0
+        self._hold_off_until = 0.0
 
     @property
     def is_leader(self) -> bool:
-        return self._revision is not None
+        """Holding the lease, as far as this process can know: a confirmed renewal within ttl - renew."""
+        return self._revision is not None and self.clock() < self._valid_until
+
+    async def step_down(self, hold_off_s: float, why: str) -> None:
+        """Give the lease up now and do not take it again for `hold_off_s` (a leader that cannot reach
+        Slurm, so that a standby that can takes over)."""
+        self._hold_off_until = self.clock() + hold_off_s
+        if self._revision is None:
+            return
+        log.warning("actuator %s steps down from %s for %.0f s: %s", self.instance, self.key, hold_off_s, why)
+        revision, self._revision = self._revision, None
+        try:
+            if self._kv is not None:
+                await self._kv.delete(self.key, last=revision)
+        except Exception as exc:  # the entry expires by itself
+            log.info("lease %s: could not delete it on stepping down (%s); it expires in %.0f s",
+                     self.key, exc, self.ttl_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         self._kv = await _bucket(self.js, KeyValueConfig(bucket=LEASE_BUCKET, ttl=self.ttl_s, history=1,
@@ -70,12 +97,16 @@ class Lease:
     async def tick(self) -> None:
         assert self._kv is not None
         value = self.instance.encode()
+        if self._revision is None and self.clock() < self._hold_off_until:
+            return  # stepped down a moment ago: a standby's turn
+        sent = self.clock()
         try:
             if self._revision is not None:
                 self._revision = await self._kv.update(self.key, value, last=self._revision)
             else:
                 self._revision = await self._kv.create(self.key, value)
                 log.info("actuator %s is now the leader for %s", self.instance, self.key)
+            self._valid_until = sent + self.ttl_s - self.renew_s
         except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError) as exc:
             if self._revision is not None:
                 log.warning("actuator %s lost the lease %s: %s", self.instance, self.key, exc)

@@ -79,6 +79,14 @@ class Slurm:
             raise TemporaryError(f"{' '.join(argv)} failed (rc={proc.returncode}): {text}", delay=2.0)
         return out.decode(errors="replace")
 
+    async def reachable(self) -> bool:
+        """Whether slurmctld answers (`scontrol ping`): the actuator's leader steps down when it does
+        not, for long (main.py)."""
+        try:
+            return " is UP" in await self._run(["scontrol", "ping"])
+        except (TemporaryError, PermanentError):
+            return False
+
     async def version(self) -> str:
         """The release of the Slurm clients in use ("24.11.5"), as `scontrol --version` prints it."""
         out = (await self._run(["scontrol", "--version"])).split()

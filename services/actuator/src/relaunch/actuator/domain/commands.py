@@ -38,6 +38,9 @@ def step_argv(step: str, job_id: str, nodes: list[str] | tuple[str, ...] = ()) -
     return commands[step]
 
 
-def drain_argv(node: str, reason: str) -> tuple[str, ...]:
-    return ("scontrol", "update", f"NodeName={check(NODE_NAME, node, 'node name')}", "State=DRAIN",
+def drain_argv(node: str, reason: str, state: str = "DRAIN") -> tuple[str, ...]:
+    """Drain a node, or (state DOWN) mark a lost one down (draining.py)."""
+    if state not in ("DRAIN", "DOWN"):
+        raise ValueError(f"a node is drained or marked down here, not set {state!r}")
+    return ("scontrol", "update", f"NodeName={check(NODE_NAME, node, 'node name')}", f"State={state}",
             f"Reason={check(REASON, reason, 'drain reason')}")

@@ -270,6 +270,11 @@ class NodeCondition:
     reason: str
 
     @property
+    def down(self) -> bool:
+        """DOWN (Slurm's own, an operator's or relaunch's), with or without its not-responding '*'."""
+        return "down" in self.state.lower()
+
+    @property
     def draining(self) -> bool:
         """Drained or draining, by anyone: a drain is never repeated, nor someone's reason overwritten."""
         return "drain" in self.state.lower()

@@ -116,7 +116,7 @@ def _with_command(advice: Advice, observed: Observed, p: Plan) -> Plan:
         return p
     if p.step == "drain":
         assert p.drain is not None
-        argv = drain_argv(p.drain.node, p.drain.reason)
+        argv = drain_argv(p.drain.node, p.drain.reason, p.drain.state)
     else:
         # The plan says which ExcNodeList to set (it leaves out nodes the job requires).
         nodes = p.nodes if p.step == "exclude" else tuple(sorted(set(observed.excluded) | set(advice.exclude_nodes)))
@@ -137,7 +137,9 @@ def _plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generatio
                     f"partition {observed.partition!r} is not in the actuator's allowlist {sorted(partitions)}")
     if drains:
         first = drains[0]
-        return Plan("step", STEP_TAKEN, f"drain {first.node}: {first.reason}", step="drain", drain=first)
+        what = "mark lost node" if first.state == "DOWN" else "drain"
+        return Plan("step", STEP_TAKEN, f"{what} {first.node} {first.state.lower()}: {first.reason}", step="drain",
+                    drain=first)
     if advice.operation == "terminate":
         return _plan_terminate(observed)
     return _plan_restart(advice, observed, now, ended_before_requeue)

@@ -20,6 +20,9 @@ POSTGRES_WAIT_S = 60
 SCHEMA_TOO_OLD: type[Exception] = asyncpg.exceptions.UndefinedTableError
 """A table this API reads is missing: the decider, which applies the migrations, has not run yet."""
 UNAVAILABLE: tuple[type[Exception], ...] = POSTGRES_DOWN
+BAD_VALUE: type[Exception] = asyncpg.exceptions.DataError
+"""A value the request carried that Postgres cannot hold or compare (a NUL character in a text, a number
+out of range): the request's fault, answered 422 (errors.py)."""
 """Postgres is down, unreachable or refusing: the ledger is unavailable for now (the one list shared
 with the decider, relaunch.common.postgres_outage)."""
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 router = APIRouter(prefix="/v1", tags=["ledger"])
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-Offset = Annotated[int, Query(ge=0, description="Items to skip (page start).")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip (page start).")]
 
 
 @router.get("/jobs", summary="Jobs relaunch tracks, newest activity first")

@@ -4,7 +4,8 @@ The evidence, and the confidence each gives (the highest of a node's reasons cou
   0.9   gpu-probe read the node as failed in the window around the failure (an XID, ECC, a lost GPU);
         repeated readings of one fault are one reason, "..., seen 6x 05:45:34-05:46:24"
   0.8   the failing log line names the node and its signature says the fault is the node's
-        (action restart_excluding: an XID, an ECC error in the log), or a straggler's slow rank ran on it
+        (action restart_excluding: an XID, an ECC error in the log), a straggler's slow rank ran on it,
+        or the node was lost (its gpu-probe fell silent while the job's progress stopped)
   0.75  the node's record of exclusions for other jobs, decayed with a half-life, still weighs at
         least HISTORY_WEIGHT (reputation.py; an operator's clearance forgets it)
   0.7   a hardware or infrastructure error in the log names the node (a NCCL/IB error's host); an
@@ -132,6 +133,8 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
     if node_fault or anomaly.fault_domain in ("hardware", "infrastructure"):
         named = [n for n in anomaly.nodes if n in members]
         what = (f"straggler: the slow rank ran on it ({anomaly.summary[:200]})" if anomaly.kind == "straggler"
+                else f"lost: its gpu-probe fell silent while the job stopped ({anomaly.summary[:200]})"
+                if anomaly.source == "node"
                 else f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
         spared: dict[str, str] = {}
         pairs = ib_pairs((e.text for e in anomaly.evidence), members)

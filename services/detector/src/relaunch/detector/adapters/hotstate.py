@@ -7,7 +7,9 @@ stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attemp
 rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (the attempt's hang and straggler state: the
 token of the write that made it, a space, then JSON; a reader that holds the state of that very write
 decoded already need not read it again), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
-(present while this Redis holds rebuilt state; its absence means the data was lost).
+(present while this Redis holds rebuilt state; its absence means the data was lost), rl:heard:<c>
+(hash: node -> the time its probe's last NodeHealth was published and its heartbeat interval) and
+rl:silent:<c>:<node> (the silence of that node already reported).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class HotState:
         self._read_progress = self.r.register_script(_READ_PROGRESS)
         self._save_progress = self.r.register_script(_SAVE_PROGRESS)
         self._follow = self.r.register_script(_FOLLOW)
+        self._heard = self.r.register_script(_HEARD)
         # Tokens of progress-state writes: unique to this client (a random writer id and a counter), so a
         # token held by a reader can only ever match the very write it read (even after Redis lost its data).
         self._writer, self._writes = secrets.token_hex(6), itertools.count(1)
@@ -71,6 +74,34 @@ class HotState:
             pipe.hmget(f"rl:job:{cluster}:{job_id}", ("stdout", "stderr"))
         replies = await self._call(pipe.execute())
         return {job_id: tuple(dict.fromkeys(p for p in paths if p)) for job_id, paths in zip(job_ids, replies)}
+
+    async def fields_many(self, cluster: str, job_ids: list[str], fields: tuple[str, ...]) -> dict[str, tuple]:
+        """The given fields of each job's hash (None where absent), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(f"rl:job:{cluster}:{job_id}", fields)
+        return dict(zip(job_ids, map(tuple, await self._call(pipe.execute()))))
+
+    async def heard(self, cluster: str, node: str, at: float, interval_s: float) -> None:
+        """A node's probe was heard (its NodeHealth published at `at`); only a later time replaces one."""
+        await self._call(self._heard(keys=[f"rl:heard:{cluster}"], args=[node, f"{at:.3f}", f"{interval_s:g}"]))
+
+    async def heard_all(self, cluster: str) -> dict[str, tuple[float, float]]:
+        """node -> (last heard at, heartbeat interval)."""
+        raw = await self._call(self.r.hgetall(f"rl:heard:{cluster}"))
+        out = {}
+        for node, value in raw.items():
+            at, _, interval = value.partition(" ")
+            try:
+                out[node] = (float(at), float(interval))
+            except ValueError:
+                continue  # not ours
+        return out
+
+    async def first_report(self, cluster: str, node: str, since: float) -> bool:
+        """True once per silence of `node` (the silence that began at `since`): a report is made once."""
+        before = await self._call(self.r.set(f"rl:silent:{cluster}:{node}", f"{since:.3f}", get=True))
+        return before != f"{since:.3f}"
 
     async def job(self, cluster: str, job_id: str) -> dict[str, str]:
         return await self._call(self.r.hgetall(f"rl:job:{cluster}:{job_id}"))
@@ -203,6 +234,18 @@ class Held:
 
 
 HELD = Held()
+
+_HEARD = """
+-- KEYS: the heard hash. ARGV: node, published at, interval. Keeps the latest publication time (a
+-- redelivered or late heartbeat never makes a silent node look alive again).
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local at = tonumber(string.match(old, '^(%S+)'))
+  if at and at >= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+return 1
+"""
 
 _FOLLOW = """
 -- KEYS: the followed set, its version. ARGV: SADD or SREM, the job. The version changes only when the set does.

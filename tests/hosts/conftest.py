@@ -1,0 +1,27 @@
+"""The hosts tier (docs/reliability.md, "Faults between hosts"): the test stack in the hosts topology,
+each Slurm node in a network namespace of its own (scripts/stack.sh, RELAUNCH_TOPOLOGY=hosts), with
+Slurm's default SlurmdTimeout (300 s), so that nothing here can pass by waiting for Slurm to notice.
+
+scripts/test_matrix.py runs it once, with a run folder and ports of its own:
+    RELAUNCH_TEST_RUN_DIR=.run/test-hosts RELAUNCH_TEST_PORT_BASE=27000 pytest tests/hosts
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["RELAUNCH_TOPOLOGY"] = "hosts"
+os.environ.setdefault("RELAUNCH_SLURMD_TIMEOUT", "300")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))  # slurmjobs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))  # faults (the results table)
+
+
+def pytest_collection_modifyitems(items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="the hosts topology needs root (ip netns, veth pairs)")
+        for item in items:
+            item.add_marker(skip)
