@@ -29,8 +29,9 @@ _SINGLE = re.compile(rf"^(?P<head>[\w-]+: \w+) at (?P<at>{_TIME}): (?P<text>.*)$
 """One reading, as attribution words it: "gpu-probe: failed at 05:45:34: <what it read>"."""
 _COLLAPSED = re.compile(
     rf"^(?P<head>[\w-]+: \w+): (?P<text>.*), seen (?P<count>\d+)x (?P<first>{_TIME})(?:-(?P<last>{_TIME}))?$", re.S)
-_INNER_ONCE = re.compile(r", seen 1x(?=;|$)")
-"""gpu-probe's own count of one XID event inside a single reading: the reading count replaces it."""
+_INNER_ONCE = re.compile(r", seen \d+x(?=;|$)")
+"""gpu-probe's own count of an XID inside a single reading: it grows from one reading to the next
+(heartbeats every 2 s see the same event again), so it is dropped and the reading count replaces it."""
 _PLAIN_REPEAT = re.compile(r"^(?P<text>.*), seen (?P<count>\d+)x$", re.S)
 
 
