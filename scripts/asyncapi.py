@@ -32,6 +32,7 @@ from relaunch.common import consumers, publishers, schemas, subjects
 from relaunch.decider.router import router as decider_router
 from relaunch.detector.router import router as detector_router
 from relaunch.gpu_probe.router import router as probe_router
+from relaunch.notifier.router import router as notifier_router
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "docs" / "asyncapi.yaml"
@@ -52,7 +53,7 @@ PARAMETERS = {
 
 def routers() -> list[NatsRouter]:
     """Every declared router: each service's, and what several parts publish."""
-    return [detector_router(), decider_router(), actuator_router(), probe_router(), api_router(),
+    return [detector_router(), decider_router(), actuator_router(), probe_router(), api_router(), notifier_router(),
             publishers.router()]
 
 

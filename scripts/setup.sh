@@ -41,7 +41,8 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-PKGS=(libs/common libs/client services/detector services/decider services/actuator services/gpu-probe services/api)
+PKGS=(libs/common libs/client services/detector services/decider services/actuator services/gpu-probe services/api
+      services/notifier)
 stamp=$(cat constraints.txt requirements-dev.txt $(printf '%s/pyproject.toml ' "${PKGS[@]}") | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.relaunch-stamp 2>/dev/null)" != "$stamp" ]; then
   say "installing relaunch packages into .venv (pinned by constraints.txt)"

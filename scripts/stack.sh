@@ -36,7 +36,7 @@ MARIADB_PORT=$((B + 306)); DBD_PORT=$((B + 819)); REST_PORT=$((B + 820))
 # How long slurmctld keeps a finished job (then only sacct knows it); Slurm's default is 300 s.
 MIN_JOB_AGE=${RELAUNCH_SLURM_MIN_JOB_AGE:-300}
 HEALTH_DETECTOR=$((B + 91)); HEALTH_DECIDER=$((B + 92)); HEALTH_ACTUATOR=$((B + 93)); HEALTH_PROBE0=$((B + 93))
-HEALTH_WATCHDOG=$((B + 98))
+HEALTH_WATCHDOG=$((B + 98)); HEALTH_NOTIFIER=$((B + 99))
 NODES=(node1 node2 node3 node4)
 # Unset: the release this run folder was made with (so that infra-up after a fault test keeps it).
 SLURM_RELEASE=${RELAUNCH_SLURM:-$(cat "$RUN/slurm/release" 2>/dev/null || true)}
@@ -543,6 +543,12 @@ services_up() {
   RELAUNCH_WATCHDOG_HEALTH_PORT=$HEALTH_WATCHDOG start_service watchdog "http://127.0.0.1:$HEALTH_WATCHDOG/healthz" \
     "$PY" -m relaunch.actuator.watchdog
   start_service api "http://127.0.0.1:$API_PORT/healthz" "$PY" -m relaunch.api
+  # Webhook routes: $RELAUNCH_NOTIFIER_ROUTES_FILE, else $RUN/notifier/routes.toml when there is one
+  # (docs/notifications.md); without one it acks events and posts nowhere.
+  local routes=${RELAUNCH_NOTIFIER_ROUTES_FILE:-}
+  [ -z "$routes" ] && [ -f "$RUN/notifier/routes.toml" ] && routes=$RUN/notifier/routes.toml
+  RELAUNCH_NOTIFIER_HEALTH_PORT=$HEALTH_NOTIFIER RELAUNCH_NOTIFIER_ROUTES_FILE=$routes \
+    start_service notifier "http://127.0.0.1:$HEALTH_NOTIFIER/healthz" "$PY" -m relaunch.notifier
   local i=0
   for n in "${NODES[@]}"; do
     i=$((i + 1))
@@ -558,7 +564,7 @@ services_up() {
 }
 
 services_down() {
-  for f in "$RUN"/pids/{actuator,watchdog,detector,decider,api,gpu-probe-*}.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
+  for f in "$RUN"/pids/{actuator,watchdog,detector,decider,api,notifier,gpu-probe-*}.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
   return 0
 }
 

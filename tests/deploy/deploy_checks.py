@@ -24,6 +24,7 @@ SERVICE_SETTINGS = {
     "RELAUNCH_PROBE_": ("relaunch.gpu_probe.settings", "ProbeSettings"),
     # slurmrestd, read by the actuator and the watchdog when RELAUNCH_SLURM_API=rest (not an entry point).
     "RELAUNCH_SLURMRESTD_": ("relaunch.actuator.settings", "SlurmRestSettings"),
+    "RELAUNCH_NOTIFIER_": ("relaunch.notifier.settings", "NotifierSettings"),
 }
 NOT_SERVICES = {"SlurmRestSettings"}
 # Read straight from the environment by the relaunch CLI (relaunch demo), not by a settings class.

@@ -24,6 +24,11 @@ RELEASE, NAMESPACE = "relaunch", "relaunch-system"
 MISSING_NATS = "chart directory is missing these dependencies: nats"
 
 SLURM_CONF = "ClusterName=gpu\nSlurmctldHost=slurm-controller\nAuthType=auth/munge\n"
+NOTIFIER_ROUTES = """[[routes]]
+name = "ops"
+url_file = "/etc/relaunch/notifier/secrets/ops.url"
+events = ["job_stopped"]
+"""
 VALUE_SETS: dict[str, dict] = {
     "defaults": {},
     "external-nats": {
@@ -61,6 +66,7 @@ VALUE_SETS: dict[str, dict] = {
         },
         "watchdog": {"enabled": True, "command": ["python", "-m", "relaunch.actuator.watchdog"]},
         "api": {"replicas": 2, "service": {"type": "LoadBalancer", "port": 8080}},
+        "notifier": {"routes": NOTIFIER_ROUTES, "existingSecret": "relaunch-webhooks", "settings": {"retry_max_s": 60}},
         "gpuProbe": {
             "settings": {"expected_gpus": 4, "interval_s": 5},
             "runtimeClassName": "nvidia",
@@ -179,7 +185,8 @@ def test_settings_in_the_schema_are_settings_the_services_have():
     (a service refuses to start on an unknown one)."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     components = {"detector": "RELAUNCH_DETECTOR_", "decider": "RELAUNCH_DECIDER_",
-                  "actuator": "RELAUNCH_ACTUATOR_", "api": "RELAUNCH_API_", "gpuProbe": "RELAUNCH_PROBE_"}
+                  "actuator": "RELAUNCH_ACTUATOR_", "api": "RELAUNCH_API_", "gpuProbe": "RELAUNCH_PROBE_",
+                  "notifier": "RELAUNCH_NOTIFIER_"}
     for component, prefix in components.items():
         listed = set(schema["properties"][component]["properties"]["settings"]["properties"])
         assert listed <= setting_fields(prefix), f"{component}.settings lists {listed - setting_fields(prefix)}"
@@ -404,7 +411,7 @@ def test_detector_mounts_job_logs_read_only_at_their_own_path(rendered):
 
 def test_gpu_probe_can_be_turned_off(rendered):
     assert not find(rendered["no-gpu-probe"], "DaemonSet")
-    assert len(find(rendered["no-gpu-probe"], "Deployment")) == 5  # detector, decider, actuator, watchdog, api
+    assert len(find(rendered["no-gpu-probe"], "Deployment")) == 6  # detector, decider, actuator, watchdog, api, notifier
 
 
 @pytest.mark.parametrize("value_set", ["service-monitor", "everything"])
@@ -440,7 +447,7 @@ def test_pod_monitor_scrapes_every_service_pod_on_its_metrics_port(rendered, val
             assert labels["app.kubernetes.io/instance"] in components["app.kubernetes.io/instance"]
             assert any(p["name"] == "metrics" for p in spec["containers"][0]["ports"]), name
             selected.append(name)
-    assert len(selected) == (4 if find(objects, "DaemonSet") else 3), selected
+    assert len(selected) == (5 if find(objects, "DaemonSet") else 4), selected
     assert not find(rendered["defaults"], "PodMonitor")
 
 
@@ -469,3 +476,19 @@ def test_every_service_gets_every_backend_url_it_needs(rendered, value_set):
                 assert variable in env and (env[variable].get("value") or env[variable].get("valueFrom")), \
                     f"{value_set}: {pod}/{container['name']} ({module}) has no {variable}"
     assert {"relaunch.detector", "relaunch.decider", "relaunch.actuator", "relaunch.api"} <= seen
+
+
+def test_the_notifier_gets_its_routes_file_and_its_webhook_secrets(rendered):
+    objects = rendered["everything"]
+    (spec,) = [spec for name, spec in pod_specs(objects) if name.endswith("-notifier")]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["RELAUNCH_NOTIFIER_ROUTES_FILE"] == "/etc/relaunch/notifier/routes.toml"
+    assert env["RELAUNCH_NOTIFIER_RETRY_MAX_S"] == "60"
+    mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["/etc/relaunch/notifier/secrets"]["readOnly"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["webhook-secrets"]["secret"]["secretName"] == "relaunch-webhooks"
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("notifier-routes")]
+    assert config["data"]["routes.toml"].strip() == NOTIFIER_ROUTES.strip()
+    (spec,) = [spec for name, spec in pod_specs(rendered["defaults"]) if name.endswith("-notifier")]
+    assert {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}["RELAUNCH_NOTIFIER_ROUTES_FILE"] == ""

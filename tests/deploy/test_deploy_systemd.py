@@ -56,7 +56,7 @@ def parse_env_file(path: Path, include_commented: bool = False) -> dict[str, str
 def test_there_is_a_unit_for_every_service():
     names = {u.name for u in UNITS}
     assert names == {"relaunch-detector.service", "relaunch-decider.service", "relaunch-actuator.service",
-                     "relaunch-api.service", "relaunch-gpu-probe@.service"}
+                     "relaunch-api.service", "relaunch-gpu-probe@.service", "relaunch-notifier.service"}
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
@@ -111,7 +111,7 @@ def test_env_file_starts_the_actuator_in_observe_mode_with_the_controllers_confi
         assert env[key], key
     # Fixed health ports, so that an operator (and a monitor) knows where /healthz is.
     ports = [env[k] for k in env if k.endswith("_HEALTH_PORT")] + [env["RELAUNCH_API_PORT"]]
-    assert len(ports) == len(set(ports)) == 5
+    assert len(ports) == len(set(ports)) == 6
 
 
 def test_env_file_json_values_survive_systemds_quoting():

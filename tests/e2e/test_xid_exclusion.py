@@ -4,6 +4,7 @@ job then crashes, and it is restarted without that node, the Advice naming the X
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
@@ -31,6 +32,19 @@ def test_xid79_on_node2_restarts_the_job_without_node2(services, slurm_api):
     # restarted several jobs without it); the injected node must be, with the XID as its evidence.
     assert bad in advice["exclude_nodes"]
     assert any("XID 79" in ref and bad in ref for ref in advice["evidence_refs"]), advice["evidence_refs"]
+    # Evidence once: gpu-probe re-reads the XID at every heartbeat until it ages out; the Advice, its
+    # refs, the API's resolved evidence and the CLI say it once, with a count and a time span.
+    collapsed = re.compile(r"gpu-probe: failed: GPU \d+: XID 79 .*, seen (\d+)x \d\d:\d\d:\d\d(-\d\d:\d\d:\d\d)?$")
+    assert advice["reason"].count("XID 79") == 1, advice["reason"]
+    xid_refs = [ref for ref in advice["evidence_refs"] if ref.startswith(f"node:{bad}:") and "XID 79" in ref]
+    assert len(xid_refs) == 1 and collapsed.search(xid_refs[0]), advice["evidence_refs"]
+    (suspect,) = [s for s in advice["evidence"]["suspects"] if s["node"] == bad]
+    xid_reasons = [r for r in suspect["reasons"] if "XID 79" in r]
+    assert len(xid_reasons) == 1 and collapsed.search(xid_reasons[0]), suspect
+    shown = subprocess.run([str(VENV_BIN / "relaunch"), "jobs", "show", job], capture_output=True, text=True,
+                           env={**os.environ, **services, "COLUMNS": "400"}, timeout=30)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"evidence {bad} (0.90): {xid_reasons[0]}" in shown.stdout, shown.stdout
     final = wait_until("the second attempt to complete",
                        lambda: (f := job_fields(job))["JobState"] == "COMPLETED" and f, timeout=60)
     assert final["Restarts"] == "1" and bad not in expand(final["NodeList"]) and bad in final["ExcNodeList"]

@@ -210,3 +210,17 @@ async def test_live_events_from_now_from_a_time_and_after_a_sequence(test_stack,
     finally:
         await events.close()
         await bus.close()
+
+
+async def test_a_node_clearance_is_recorded_and_shown(ledger, unique):
+    cluster = f"c{unique}"
+    await insert_timeline(ledger.pool, cluster)
+    store, reader = OverrideStore(ledger.pool), LedgerReader(ledger.pool)
+    cleared = await store.clear_node(cluster, "node1", "GPU 3 replaced", "ana")
+    assert cleared["forgotten_exclusions"] == 2 and cleared["node"] == "node1"
+    view = await reader.nodes(cluster=cluster)
+    node1 = next(n for n in view if n["node"] == "node1")
+    assert node1["cleared"]["actor"] == "ana" and node1["cleared"]["reason"] == "GPU 3 replaced"
+    assert all(h["forgotten"] for h in node1["history"]) and all(x["forgotten"] for x in node1["excluded_by"])
+    assert await store.clear_node(cluster, "node9", "", "") is None
+    assert await ledger.pool.fetchval("SELECT count(*) FROM node_clearances WHERE cluster=$1", cluster) == 1

@@ -68,7 +68,9 @@ async def test_a_second_incident_joins_the_open_advice_and_restarts_nothing(ledg
     [join] = await audits(ledger, cluster, "join")
     assert join["rule"] == "joins_open_advice" and join["generation"] == 1 and join["anomaly"] == hang.anomaly_id
     assert "joined advice generation 1" in join["reason"]
-    assert await ledger.pool.fetchval("SELECT count(*) FROM outbox") == 1  # one Advice published, not two
+    # One Advice published, not two (each decision's audit entry goes through the outbox too).
+    assert await ledger.pool.fetchval("SELECT count(*) FROM outbox WHERE subject LIKE 'relaunch.advice.%'") == 1
+    assert await ledger.pool.fetchval("SELECT count(*) FROM outbox WHERE subject LIKE 'relaunch.event.audit.%'") == 2
 
     # Once the actuator has carried it out, a late incident on that attempt joins nothing and restarts nothing.
     await decider.on_reconcile(ReconcileStatus(cluster=cluster, job_id="5", generation=1, status="CONVERGED",
@@ -128,10 +130,11 @@ async def test_the_same_node_in_consecutive_attempts_is_left_out(ledger, unique)
     assert row["confidence"] == pytest.approx(0.7)
 
 
-async def test_node_history_older_than_the_window_does_not_count(ledger, unique):
+async def test_node_history_decays_so_an_old_exclusion_weighs_too_little(ledger, unique):
     cluster = f"c{unique}"
     decider = Decider(ledger, OutboxPublisher(None, ledger))
-    for job, hours_ago in (("7", 30), ("8", 1)):  # one exclusion too old: one other job only
+    # 4 days ago weighs 0.25 with the 48 h half-life, 1 h ago 0.99: 1.24, under the 1.5 that makes a suspect.
+    for job, hours_ago in (("7", 96), ("8", 1)):
         async with ledger.job_tx(cluster, job) as tx:
             await tx.conn.execute(
                 "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "

@@ -55,15 +55,17 @@ async def test_one_advice_per_attempt_and_the_outbox_publishes_it(ledger, test_s
             await decider.on_anomaly(anomaly(cluster), DELIVERY)
         rows = await ledger.pool.fetch("SELECT * FROM advice WHERE cluster=$1", cluster)
         assert len(rows) == 1 and rows[0]["generation"] == 1 and rows[0]["status"] == "PENDING"
-        assert await outbox.publish_pending() == 1
+        assert await outbox.publish_pending() == 2  # the Advice and its decision's audit entry
         assert await outbox.publish_pending() == 0
+        audit = await bus.js.get_last_msg(subjects.EVENTS.name, subjects.event_audit(cluster, "5"))
+        assert json.loads(audit.data)["action"] == "restart"
         msg = await bus.js.get_last_msg(subjects.ADVICE.name, subjects.advice(cluster, "5"))
         advice = Advice.model_validate_json(msg.data)
         assert advice.attempt == 0 and advice.operation == "restart" and advice.policy["max_attempts"] == 2
 
         # A crash between publish and mark_published re-sends: JetStream drops the duplicate.
         await ledger.pool.execute("UPDATE outbox SET published_at=NULL")
-        assert await outbox.publish_pending() == 1
+        assert await outbox.publish_pending() == 2
         info = await bus.js.stream_info(subjects.ADVICE.name, subjects_filter=subjects.advice(cluster, "5"))
         assert info.state.subjects == {subjects.advice(cluster, "5"): 1}
 
@@ -292,3 +294,38 @@ async def test_an_operator_switch_to_observe_stops_advice(ledger, unique):
     job = await ledger.pool.fetchrow("SELECT verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster)
     assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0
     assert job["verdict"] == "observing" and "operator switched the job to observe by ops" in job["verdict_reason"]
+
+
+async def test_a_cleared_node_s_history_is_forgotten_by_the_decider(ledger, unique):
+    """The same history as above, but an operator cleared node1 after a repair (the API's store writes
+    the clearance): the third job's failure no longer excludes it, and its earlier readings are ignored."""
+    from relaunch.api.adapters.overrides import OverrideStore
+
+    await ledger.migrate()
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    for job in ("7", "8"):
+        async with ledger.job_tx(cluster, job) as tx:
+            await tx.conn.execute(
+                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+                "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, job, ["node1"])
+    await ledger.pool.execute("INSERT INTO node_events (cluster, node, verdict, reasons, at) "
+                              "VALUES ($1,'node1','failed','[\"GPU 2: XID 79\"]', now())", cluster)
+    cleared = await OverrideStore(ledger.pool).clear_node(cluster, "node1", "GPU 2 reseated", "ana")
+    assert cleared["forgotten_exclusions"] == 2 and cleared["actor"] == "ana"
+    assert await OverrideStore(ledger.pool).clear_node(cluster, "nodeX", "", "") is None
+    async with ledger.job_tx(cluster, "5") as tx:
+        assert await tx.node_history(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)) == {}
+        assert await tx.node_events(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)) == []
+    await decider.on_job(observed(cluster, comment="relaunch:max_attempts=3"), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster), DELIVERY)
+    row = await ledger.pool.fetchrow("SELECT exclude_nodes FROM advice WHERE cluster=$1 AND job_id='5'", cluster)
+    assert row["exclude_nodes"] == []
+    # Exclusions after the clearance count again.
+    async with ledger.job_tx(cluster, "9") as tx:
+        await tx.conn.execute(
+            "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+            "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, "9", ["node1"])
+    async with ledger.job_tx(cluster, "5") as tx:
+        history = await tx.node_history(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    assert [job for job, _ in history["node1"]] == ["9"]

@@ -92,7 +92,7 @@ async def test_the_outbox_continues_the_decisions_trace(test_stack, unique):
                                   fault_domain="unknown", action="restart", summary="s", detected_at=NOW)
         with telemetry.tracer().start_as_current_span("decide") as root:
             await decider.on_anomaly(anomaly, Delivery("s", 1, 2))
-        assert await outbox.publish_pending() == 1  # outside the decision's span, as in the service
+        assert await outbox.publish_pending() == 2  # the Advice and its audit entry, outside the decision's span
         msg = await bus.js.get_last_msg(subjects.ADVICE.name, subjects.advice(cluster, "5"))
         assert f"{root.get_span_context().trace_id:032x}" in msg.headers[telemetry.TRACEPARENT]
     finally:

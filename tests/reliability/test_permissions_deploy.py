@@ -15,7 +15,7 @@ VALUES = {"natsAuth": {"existingSecret": "nats-users"},
           "natsTls": {"existingSecret": "nats-tls", "clientCert": True},
           "watchdog": {"enabled": True, "command": ["python", "-m", "relaunch.actuator.watchdog"]}}
 USERS = {"detector": "detector", "decider": "decider", "actuator": "actuator", "watchdog": "watchdog",
-         "api": "api", "gpu-probe": "gpu-probe", "nats-setup": "admin"}
+         "api": "api", "notifier": "notifier", "gpu-probe": "gpu-probe", "nats-setup": "admin"}
 
 
 def render(values: dict) -> list[dict]:

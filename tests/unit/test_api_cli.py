@@ -76,3 +76,25 @@ def test_jobs_mode_exit_codes_scripts_can_rely_on(fakes, tmp_path, args, code, w
     assert result.exit_code == code, result.output
     assert words in result.output.replace("\n", " ")
     assert fakes.overrides.recorded == []
+
+
+def test_nodes_clear_needs_the_token_and_records_who_and_why(fakes, tmp_path):
+    assert run("nodes", "clear", "node1").exit_code == 2  # no token file: refused before any call
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token-0123456789\n")
+    assert run("nodes", "clear", "node1", "--token-file", str(wrong)).exit_code == 2
+    assert fakes.overrides.cleared == []
+    good = tmp_path / "api-token"
+    result = run("nodes", "clear", "node1", "--token-file", str(good), "--reason", "GPU 2 reseated", "--actor", "ana")
+    assert result.exit_code == 0, result.output
+    assert "record cleared" in result.output and "1 jobs' exclusions forgotten" in result.output
+    assert [(c["node"], c["reason"], c["actor"]) for c in fakes.overrides.cleared] == [
+        ("node1", "GPU 2 reseated", "ana")]
+    # A node the ledger never heard of is a 404 (exit 1), not a silent success.
+    assert run("nodes", "clear", "nodeX", "--token-file", str(good)).exit_code == 1
+
+
+def test_nodes_still_lists_without_a_subcommand(fakes):
+    result = run("nodes", "--history", "2")
+    assert result.exit_code == 0, result.output
+    assert "node1" in result.output and "cleared" in result.output

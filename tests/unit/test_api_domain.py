@@ -83,3 +83,21 @@ def test_a_body_that_is_not_json_is_passed_on_as_text():
                                              ("-3", None)])
 def test_last_event_id(value, expected):
     assert streaming.parse_last_event_id(value) == expected
+
+
+def test_a_clearance_marks_what_came_before_it_forgotten_and_keeps_it():
+    from relaunch.api.domain import nodes as node_view
+
+    health = [{"cluster": "c", "node": "n1", "verdict": "healthy", "at": "2026-12-01T10:00:00+00:00"}]
+    events = [{"cluster": "c", "node": "n1", "verdict": "failed", "reasons": ["XID 79"],
+               "at": "2026-12-01T08:00:00+00:00", "total": 2},
+              {"cluster": "c", "node": "n1", "verdict": "failed", "reasons": ["XID 48"],
+               "at": "2026-12-01T11:00:00+00:00", "total": 2}]
+    exclusions = [{"cluster": "c", "node": "n1", "job_id": "7", "generation": 1, "issued_at":
+                   "2026-12-01T08:01:00+00:00"}]
+    clearances = [{"cluster": "c", "node": "n1", "at": "2026-12-01T09:00:00+00:00", "actor": "ana",
+                   "reason": "reseated"}]
+    (n1,) = node_view.assemble(health, events, exclusions, clearances)
+    assert n1["cleared"] == {"at": "2026-12-01T09:00:00+00:00", "actor": "ana", "reason": "reseated"}
+    assert [(h["reasons"], h["forgotten"]) for h in n1["history"]] == [(["XID 48"], False), (["XID 79"], True)]
+    assert [x["forgotten"] for x in n1["excluded_by"]] == [True]

@@ -128,6 +128,19 @@ class FakeLedger:
         items = [a for a in items if active is None or a["active"] == active]
         return items[offset:offset + limit], len(items)
 
+    async def fleet(self, now, days=14, cluster=None):
+        """The fleet view over the sample jobs (the real query is tests/integration/test_api_ledger.py)."""
+        from relaunch.api.domain.fleet import fleet
+
+        details = list(self.details.values())
+        anomalies = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                     for a in d["anomalies"]]
+        advice = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                  for a in d["advice"]]
+        attempts = [{**a, "cluster": d["job"]["cluster"], "job_id": d["job"]["job_id"]} for d in details
+                    for a in d["attempts"]]
+        return fleet(anomalies, advice, attempts, [], now, days)
+
     async def nodes(self, cluster=None, history=20):
         self._check("nodes", cluster=cluster, history=history)
         return [n for n in sample_nodes() if cluster is None or n["cluster"] == cluster]
@@ -137,6 +150,7 @@ class FakeOverrides:
     def __init__(self, ledger: FakeLedger) -> None:
         self.ledger = ledger
         self.recorded: list[dict] = []
+        self.cleared: list[dict] = []
 
     async def record(self, cluster, job_id, mode, reason, actor):
         if (cluster, job_id) not in self.ledger.details:
@@ -147,6 +161,14 @@ class FakeOverrides:
         detail = self.ledger.details[(cluster, job_id)]
         detail["overrides"].append({k: row[k] for k in ("id", "mode", "reason", "actor", "at")})
         detail["job"]["mode_override"] = mode
+        return row
+
+    async def clear_node(self, cluster, node, reason, actor):
+        if not any(n["cluster"] == cluster and n["node"] == node for n in sample_nodes()):
+            return None
+        row = {"id": len(self.cleared) + 1, "cluster": cluster, "node": node, "reason": reason, "actor": actor,
+               "at": at(200 + len(self.cleared)), "forgotten_exclusions": 1}
+        self.cleared.append(row)
         return row
 
 
@@ -195,6 +217,13 @@ class FakeEvents:
         sub = FakeSubscription(events, self.quiet_first)
         self.subscriptions.append((subject, {"since": since, "after_seq": after_seq}, sub))
         return sub
+
+    async def health(self) -> dict:
+        if not self.connected:
+            raise EventsUnavailable("NATS at nats://fake is not connected")
+        return {"consumers": [{"service": "decider", "durable": "decider-anomalies", "stream": "EVENTS",
+                               "pending": 0, "ack_pending": 0, "redelivered": 0}],
+                "dlq_messages": 0, "leader": "actuator-fake"}
 
     async def publish(self, subject, model, msg_id) -> bool:
         if not self.connected:

@@ -3,7 +3,8 @@ import datetime as dt
 import pytest
 
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine
-from relaunch.decider.domain.attribution import HISTORY_WINDOW, NodeEvent, attribute, ib_pairs
+from relaunch.decider.domain.attribution import NodeEvent, attribute, ib_pairs
+from relaunch.decider.domain.reputation import HALF_LIFE
 from relaunch.decider.domain.policy import History, Policy, decide
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
@@ -68,12 +69,16 @@ def test_hosts_named_by_a_network_error_are_suspects_unless_they_are_the_whole_j
 
 # --- history decays, consecutive attempts, InfiniBand pairs ---------------------------------------------
 
-def test_node_history_older_than_the_window_does_not_count():
-    old = NOW - HISTORY_WINDOW - dt.timedelta(minutes=1)
-    stale = {"node3": (("101", old), ("102", NOW - dt.timedelta(hours=2)))}
-    assert attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=stale) == ()
-    recent = {"node3": (("101", NOW - HISTORY_WINDOW), ("102", NOW - dt.timedelta(hours=2)))}
+def test_node_history_decays_with_its_half_life():
+    # Two exclusions a day apart still weigh 1.68 (>= 1.5); the same two a week on weigh 0.16.
+    recent = {"node3": (("101", NOW - dt.timedelta(hours=24)), ("102", NOW - dt.timedelta(hours=2)))}
     assert [s.node for s in attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=recent)] == ["node3"]
+    later = NOW + dt.timedelta(days=7)
+    assert attribute(anomaly(), ["node1", "node3"], [], later, node_history=recent) == ()
+    # A shorter half-life (the decider's setting) forgets sooner.
+    assert attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=recent,
+                     half_life=dt.timedelta(hours=6)) == ()
+    assert HALF_LIFE == dt.timedelta(hours=48)
     # The same job twice is one job.
     twice = {"node3": (("101", NOW), ("101", NOW - dt.timedelta(hours=1)))}
     assert attribute(anomaly(), ["node1", "node3"], [], NOW, node_history=twice) == ()

@@ -107,6 +107,13 @@ def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name 
     for ad in data["advice"]:
         console.print(f"  advice gen {ad['generation']}: {ad['operation']} exclude={ad['exclude_nodes'] or '-'} "
                       f"→ {ad['status']} {ad['status_reason']}")
+        if ad.get("reason"):
+            console.print(f"      why: {ad['reason']}", markup=False, highlight=False, soft_wrap=True)
+        # The API says each fault once ("..., seen 6x 05:45:34-05:46:24": relaunch.common.repeats).
+        for suspect in (ad.get("evidence") or {}).get("suspects", []):
+            for reason in suspect["reasons"] or ["(no reason recorded)"]:
+                console.print(f"      evidence {suspect['node']} ({suspect['confidence']:.2f}): {reason}",
+                              markup=False, highlight=False, soft_wrap=True)
         for step in ad.get("reconcile", []):
             console.print(f"      {step['at'][11:23]} {step['status']:<9} {step['step'] or step['reason']}")
     if data.get("audit"):

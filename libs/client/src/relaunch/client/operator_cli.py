@@ -1,4 +1,5 @@
-"""`relaunch nodes` and `relaunch jobs mode`: the API's node view and its one state-changing call.
+"""`relaunch nodes`, `relaunch nodes clear NODE` and `relaunch jobs mode`: the API's node view and the
+operator's calls that change state (each needs the API's bearer token).
 
 Exit codes as for every `relaunch` command: 0 ok, 1 not found, 2 usage or configuration (a missing
 or refused token included), 3 a server is unreachable.
@@ -60,21 +61,42 @@ def _call(method: str, path: str, **kwargs) -> dict:
     raise typer.Exit(EXIT_USAGE if resp.status_code < 500 or auth_off else EXIT_UNREACHABLE)
 
 
-def nodes(cluster: str = typer.Option(None, help="Only this cluster."),
+nodes_app = typer.Typer(help="Nodes across jobs, and forgetting a repaired node's record.")
+
+
+def _token(token_file: Path | None) -> str:
+    if token_file is None:
+        err.print("[red]no token file[/red]: pass --token-file PATH or set RELAUNCH_API_TOKEN_FILE "
+                  "(the token is never taken on the command line)")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        return token_file.read_text().strip()
+    except OSError as exc:
+        err.print(f"[red]cannot read the token file {escape(str(token_file))}[/red]: {escape(exc.strerror or '')}")
+        raise typer.Exit(EXIT_USAGE) from exc
+
+
+@nodes_app.callback(invoke_without_command=True)
+def nodes(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this cluster."),
           history: int = typer.Option(5, min=0, max=500, help="Non-healthy readings to show per node."),
           as_json: bool = typer.Option(False, "--json", help="The API's JSON: {nodes: [...]}.")) -> None:
     """Nodes across jobs: latest GPU health, non-healthy history, jobs whose advice excluded them."""
+    if ctx.invoked_subcommand is not None:
+        return
     data = _call("GET", "/v1/nodes", params={"history": history, **({"cluster": cluster} if cluster else {})})
     if as_json:
         print(json.dumps(data, indent=2))
         return
-    table = Table("cluster", "node", "health", "reasons", "last reading", "non-healthy", "excluded by")
+    table = Table("cluster", "node", "health", "reasons", "last reading", "non-healthy", "excluded by", "cleared")
     for n in data["nodes"]:
         colour = {"healthy": "green", "degraded": "yellow", "failed": "red"}.get(n["verdict"], "dim")
+        cleared = n.get("cleared") or {}
         table.add_row(escape(n["cluster"]), escape(n["node"]), f"[{colour}]{escape(n['verdict'])}[/{colour}]",
                       escape("; ".join(n["reasons"]))[:80], (n["at"] or "-")[:19],
-                      str(n["history_total"]),
-                      escape(", ".join(f"{x['job_id']} (gen {x['generation']})" for x in n["excluded_by"])) or "-")
+                      str(sum(1 for h in n["history"] if not h.get("forgotten")) if cleared else n["history_total"]),
+                      escape(", ".join(f"{x['job_id']} (gen {x['generation']})"
+                                       for x in n["excluded_by"] if not x.get("forgotten"))) or "-",
+                      escape(f"{(cleared.get('at') or '')[:19]} {cleared.get('actor') or ''}".strip()) or "-")
     console.print(table)
     if not data["nodes"]:
         console.print("no node readings yet (gpu-probe publishes them)")
@@ -91,15 +113,7 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
     if mode not in ("observe", "act"):
         err.print(f"[red]mode must be observe or act[/red], not {escape(mode)!r}")
         raise typer.Exit(EXIT_USAGE)
-    if token_file is None:
-        err.print("[red]no token file[/red]: pass --token-file PATH or set RELAUNCH_API_TOKEN_FILE "
-                  "(the token is never taken on the command line)")
-        raise typer.Exit(EXIT_USAGE)
-    try:
-        token = token_file.read_text().strip()
-    except OSError as exc:
-        err.print(f"[red]cannot read the token file {escape(str(token_file))}[/red]: {escape(exc.strerror or '')}")
-        raise typer.Exit(EXIT_USAGE) from exc
+    token = _token(token_file)
     cluster = client_settings.cluster(cluster)
     body = {"mode": mode, "reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
     data = _call("POST", f"/v1/jobs/{cluster}/{job_id}/mode", json=body,
@@ -108,6 +122,25 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
                   f"(override {data['override']['id']}). {escape(data.get('note', ''))}", soft_wrap=True)
 
 
+@nodes_app.command("clear")
+def nodes_clear(node: str = typer.Argument(..., help="The node's Slurm name."),
+                cluster: str = typer.Option(None, help="Cluster name (default: $RELAUNCH_CLUSTER)."),
+                reason: str = typer.Option("", help="What was repaired, for the audit trail."),
+                actor: str = typer.Option(None, help="Who asks (default: $USER)."),
+                token_file: Path = typer.Option(None, "--token-file", envvar="RELAUNCH_API_TOKEN_FILE",
+                                                help="File holding the API's bearer token.")) -> None:
+    """Forget a repaired node's record: the decider stops counting its exclusions and gpu-probe
+    readings from before now (audited in the ledger; needs the API's token)."""
+    token = _token(token_file)
+    cluster = client_settings.cluster(cluster)
+    body = {"reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
+    data = _call("POST", f"/v1/nodes/{cluster}/{node}/clear", json=body, headers={"Authorization": f"Bearer {token}"})
+    found = data["clearance"]
+    console.print(f"node {escape(node)} on {escape(cluster)}: record cleared at {escape(found['at'][:19])} "
+                  f"(clearance {found['id']}; {found['forgotten_exclusions']} jobs' exclusions forgotten). "
+                  f"{escape(data.get('note', ''))}", soft_wrap=True)
+
+
 def register(app: typer.Typer, jobs_app: typer.Typer) -> None:
-    app.command("nodes")(nodes)
+    app.add_typer(nodes_app, name="nodes")
     jobs_app.command("mode")(jobs_mode)

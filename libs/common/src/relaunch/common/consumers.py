@@ -20,8 +20,8 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig, DeliverPolicy
 
 from . import subjects
 from .outcomes import parse_body
-from .schemas import (AnomalyDetected, AuditEntry, FaultInjection, InjectionAck, JobObserved, LogBatch, Message,
-                      NodeHealth, ProgressReported, ReconcileStatus, Advice)
+from .schemas import (AnomalyDetected, AuditEntry, DeadLetter, FaultInjection, InjectionAck, JobObserved, LogBatch,
+                      Message, NodeHealth, ProgressReported, ReconcileStatus, Advice)
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,19 @@ DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-pro
 ACTUATOR_ADVICE = Consumer("actuator", subjects.ACTUATOR_ADVICE, Advice,
                            "Advice: reconciled against Slurm, acked only at a terminal outcome.")
 
-ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS, DECIDER_ANOMALIES,
-                             DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE)
+# The notifier pulls a batch at a time (relaunch.common.ingest): a storm arrives together and is
+# posted as one digest per route.
+NOTIFIER_AUDIT = Consumer("notifier", subjects.NOTIFIER_AUDIT, AuditEntry,
+                          "Audit entries: a job stopped, a restart without nodes, posted to webhooks.",
+                          batch=64, engine="ingest")
+NOTIFIER_RECONCILE = Consumer("notifier", subjects.NOTIFIER_RECONCILE, ReconcileStatus,
+                              "Reconcile statuses: an abandoned Advice, posted to webhooks.", batch=64, engine="ingest")
+NOTIFIER_DLQ = Consumer("notifier", subjects.NOTIFIER_DLQ, DeadLetter,
+                        "Dead letters: relaunch itself is unhealthy, posted to webhooks.", batch=64, engine="ingest")
+
+ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS,
+                             DECIDER_ANOMALIES, DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE,
+                             NOTIFIER_AUDIT, NOTIFIER_RECONCILE, NOTIFIER_DLQ)
 
 
 def of(service: str) -> tuple[Consumer, ...]:

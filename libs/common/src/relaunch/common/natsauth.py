@@ -8,6 +8,7 @@ produces and to use only its own durable consumers. The rules that matter:
   inject requests;
 - the api reads EVENTS (ephemeral ordered consumers) and publishes nothing but the audit entries of
   operator overrides;
+- the notifier reads its own durables on EVENTS and DLQ and publishes nothing but its dead letters;
 - every user gets a private reply inbox (`_INBOX_<user>.>`): nobody can read another user's replies
   (JetStream API answers, publish acks, pulled messages all arrive on the requester's inbox).
 Streams are created by the `admin` user (`python -m relaunch.common.natsauth setup`, run by
@@ -33,14 +34,14 @@ from .subjects import ConsumerSpec
 
 ADMIN = "admin"
 CLI = "cli"
-SERVICES = ("detector", "decider", "actuator", "watchdog", "api")
+SERVICES = ("detector", "decider", "actuator", "watchdog", "api", "notifier")
 LEASE_BUCKET = "relaunch-leases"
 HOLDS_BUCKET = "relaunch-holds"
 """The actuator's KV buckets (relaunch.actuator.adapters.coordination; a unit test keeps them equal)."""
 API = "$JS.API"
 
 CONSUMERS: dict[str, tuple[ConsumerSpec, ...]] = {
-    service: tuple(c.spec for c in consumers.of(service)) for service in ("detector", "decider", "actuator")
+    service: tuple(c.spec for c in consumers.of(service)) for service in ("detector", "decider", "actuator", "notifier")
 }
 """Each service's durable consumers, from their one declaration (relaunch.common.consumers)."""
 
@@ -105,7 +106,8 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
                                           # (relaunch.detector.rebuilding)
                                           f"{API}.STREAM.MSG.GET.{subjects.SIGNALS.name}"],
                              consumers=CONSUMERS["detector"]),
-        "decider": _service("decider", [f"{p}.advice.>"], consumers=CONSUMERS["decider"]),
+        # Advice, and the audit entry of each decision (through the outbox, relaunch.decider.adapters.ledger)
+        "decider": _service("decider", [f"{p}.advice.>", audit], consumers=CONSUMERS["decider"]),
         "actuator": _service(
             "actuator", [f"{p}.signal.job.>", f"{p}.event.reconcile.>", audit,
                          # reads the newest Advice of a job and the anomaly behind it (by subject)
@@ -118,7 +120,16 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Live reading of EVENTS: unnamed ephemeral ordered consumers (the server names them, and removes
         # them when the reader goes), with flow control. Not `CONSUMER.CREATE.EVENTS.>`, `DELETE` or
         # `INFO`: those would reach the decider's durables on EVENTS too.
-        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>"]),
+        # The dashboard's health panel reads (read-only) each durable's lag, except the actuator's on
+        # ADVICE (only the actuator touches ADVICE's consumer), and the actuator's lease (the leader).
+        "api": _service("api", [audit, f"{API}.CONSUMER.CREATE.{live}", f"$JS.FC.{live}.>",
+                                *(f"{API}.CONSUMER.INFO.{c.spec.stream.name}.{c.spec.durable}"
+                                  for c in consumers.ALL if c.spec.stream is not subjects.ADVICE),
+                                f"{API}.STREAM.INFO.KV_{LEASE_BUCKET}", f"{API}.DIRECT.GET.KV_{LEASE_BUCKET}.>",
+                                f"{API}.STREAM.MSG.GET.KV_{LEASE_BUCKET}"]),
+        # Reads audit entries, reconcile statuses and dead letters on its own durables; publishes nothing
+        # but its own dead letters (the webhooks are outside NATS).
+        "notifier": _service("notifier", [], consumers=CONSUMERS["notifier"]),
         # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
         CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
               "subscribe": {"allow": [f"{p}.>", f"{inbox_prefix(CLI)}.>"]}},

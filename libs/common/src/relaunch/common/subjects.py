@@ -65,6 +65,7 @@ ALL_ADVICE = f"{PREFIX}.advice.>"
 ALL_RECONCILE = f"{PREFIX}.event.reconcile.>"
 ALL_AUDIT = f"{PREFIX}.event.audit.>"
 ALL_EVENTS = f"{PREFIX}.event.>"
+ALL_DLQ = f"{PREFIX}.dlq.>"
 ALL_CONTROL_INJECT = f"{PREFIX}.control.inject.>"
 
 
@@ -115,5 +116,13 @@ DECIDER_NODES = ConsumerSpec("decider-nodes", SIGNALS, ALL_SIGNAL_NODE, ack_wait
 # ack_wait is short so that the Advice a killed actuator was handling comes back quickly to the
 # restarted one or to the standby; one pass (one Slurm command, timeout 8 s) fits well inside it.
 ACTUATOR_ADVICE = ConsumerSpec("actuator-advice", ADVICE, ALL_ADVICE, ack_wait_s=10, max_deliver=-1)
+
+# The notifier posts chosen events to webhooks (docs/notifications.md). It acks a message only once
+# every route that wants it has taken it (or refused it for good), and naks with a back-off while a
+# receiver is down, so redeliveries are unbounded by design (like the actuator's); ack_wait covers a
+# batch's posts (each bounded by its route's timeout, at most 30 s).
+NOTIFIER_AUDIT = ConsumerSpec("notifier-audit", EVENTS, ALL_AUDIT, ack_wait_s=120, max_deliver=-1)
+NOTIFIER_RECONCILE = ConsumerSpec("notifier-reconcile", EVENTS, ALL_RECONCILE, ack_wait_s=120, max_deliver=-1)
+NOTIFIER_DLQ = ConsumerSpec("notifier-dlq", DLQ, ALL_DLQ, ack_wait_s=120, max_deliver=-1)
 
 MSG_ID_HEADER = "Nats-Msg-Id"

@@ -14,7 +14,7 @@ from . import errors
 from .auth import TokenFile
 from .backends import Backends
 from .metrics import RequestMetrics
-from .routes import events, ledger, operator, system
+from .routes import events, ledger, operator, pictures, system
 from .settings import ApiSettings
 
 Connect = Callable[[], AbstractAsyncContextManager[Backends]]
@@ -39,7 +39,7 @@ def create_app(settings: ApiSettings, connect: Connect) -> FastAPI:
     app.state.tokens = TokenFile(settings.token_file)
     app.state.open_streams = 0
     errors.install(app)
-    for module in (system, ledger, events, operator):
+    for module in (system, ledger, pictures, events, operator):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=system.STATIC), name="static")
     if settings.cors_origins:

@@ -19,5 +19,8 @@ def main() -> None:
     require_backends(common, ApiSettings)
     setup_logging("api", common.log_level)
     setup_tracing("api", common.otlp_endpoint, common.trace_file)
-    app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url))
+    # Redis is optional for the API: it holds the detector's progress histories (the progress chart);
+    # without it the chart shows the ledger's markers alone.
+    app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url, common.redis_url,
+                                                        common.cluster))
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=common.log_level.lower(), access_log=False)

@@ -12,6 +12,7 @@ LATENCY = Histogram("relaunch_api_request_seconds", "Time to the response's firs
                     ["route"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 EVENT_STREAMS = Gauge("relaunch_api_event_streams", "Live /v1/events/stream connections")
 OVERRIDES = Counter("relaunch_api_mode_overrides_total", "Operator mode overrides recorded", ["mode"])
+CLEARANCES = Counter("relaunch_api_node_clearances_total", "Operator clearances of a repaired node's record")
 
 
 class RequestMetrics:

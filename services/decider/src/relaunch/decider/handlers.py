@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from relaunch.common.policies.policy_set import PolicySet, resolve
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
 from .adapters.ledger import FINAL_STATES, Ledger
-from .domain import attribution
+from .domain import attribution, reputation
 from .domain.policy import decide
 from .outbox import OutboxPublisher
 
@@ -37,14 +38,23 @@ two travel on different consumers, so either may come first."""
 
 
 class Decider:
-    def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None) -> None:
+    def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None,
+                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE) -> None:
         self.ledger, self.outbox = ledger, outbox
+        self.half_life = node_history_half_life
         self.policies = policies if policies is not None else load_policies()
 
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
         await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
+        try:
+            await self._on_anomaly(anomaly, delivery)
+        finally:
+            # After the commit: each decision's audit entry (and an Advice) waits in the outbox.
+            self.outbox.kick()
+
+    async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         now = utcnow()
         async with self.ledger.job_tx(anomaly.cluster, anomaly.job_id) as tx:
             if not tx.row.get("comment"):
@@ -72,10 +82,10 @@ class Decider:
                 policy = replace(policy, observe_only=True, option_errors=(override[1],))
             job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
             events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
-            node_history = await tx.node_history(job_nodes, now - attribution.HISTORY_WINDOW)
+            node_history = await tx.node_history(job_nodes, now - reputation.horizon(self.half_life))
             suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
                                              previous=history.implicated(anomaly.attempt - 1),
-                                             ib_pair=policy.ib_pair)
+                                             ib_pair=policy.ib_pair, half_life=self.half_life)
             decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
             await tx.save_suspects(anomaly.attempt, suspects, decision.exclude_nodes, anomaly.anomaly_id, now)
@@ -83,6 +93,8 @@ class Decider:
                       "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
             if decision.left_in:
                 detail["left_in"] = list(decision.left_in)
+            if decision.exclude_nodes:
+                detail["exclude_nodes"] = list(decision.exclude_nodes)
             key = f"decider.{anomaly.anomaly_id}"
             refs = [f"anomaly:{anomaly.anomaly_id}"] + [
                 f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
@@ -119,7 +131,6 @@ class Decider:
             log.info("job %s/%s attempt %d: %s, advice generation %d", anomaly.cluster, anomaly.job_id,
                      anomaly.attempt, operation, advice.generation)
         ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
-        self.outbox.kick()
 
     async def on_reconcile(self, status: ReconcileStatus, delivery: Delivery) -> None:
         await self.ledger.record_reconcile(status, dedupe_key=f"{subjects.EVENTS.name}.{delivery.stream_seq}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 
 from relaunch.common import consumers
@@ -40,7 +41,7 @@ async def amain() -> None:
         log.info("applied ledger migrations %s", applied)
     bus = await Bus.connect(common.nats_url, "decider")
     outbox = OutboxPublisher(bus, ledger, settings.outbox_interval_s)
-    decider = Decider(ledger, outbox, policies)
+    decider = Decider(ledger, outbox, policies, dt.timedelta(seconds=settings.node_history_half_life_s))
     db = Reachability("Postgres (RELAUNCH_DATABASE_URL, the ledger)", common.database_url)
 
     async def watch_db(stop: asyncio.Event) -> None:

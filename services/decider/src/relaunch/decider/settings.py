@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from relaunch.common.settings import ServiceSettings
@@ -19,3 +20,8 @@ class DeciderSettings(ServiceSettings):
     policy_file: str = ""
     """The operator's policy file (TOML, docs/policy.md); empty: the built-in policies.toml of this
     package. Read and validated once at start: an invalid file stops the decider, naming the key."""
+    node_history_half_life_s: float = Field(172800.0, gt=0)
+    """Half-life of a node's record of exclusions for other jobs (docs/policy.md "node history"):
+    48 h by default, so two exclusions within about a day make a node suspect for every job, and a
+    week-old record has all but vanished. An operator forgets a repaired node's record at once with
+    `relaunch nodes clear NODE`."""

@@ -29,8 +29,11 @@ log = logging.getLogger(__name__)
 
 class Detector:
     def __init__(self, bus: Bus, state: HotState, follower: Follower, catalogue: Catalogue,
-                 grace_s: float, tracker: ProgressTracker, anomalies: AnomalyPublisher | None = None) -> None:
-        """`anomalies`: the publisher hangs and stragglers go through too (default: the tracker's)."""
+                 grace_s: float, tracker: ProgressTracker, anomalies: AnomalyPublisher | None = None,
+                 history=None) -> None:
+        """`anomalies`: the publisher hangs and stragglers go through too (default: the tracker's).
+        `history`: a relaunch.detector.progress_history.ProgressHistory, or None."""
+        self.history = history
         self.bus, self.state, self.follower = bus, state, follower
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker
         self.anomalies = anomalies or tracker.anomalies
@@ -45,6 +48,8 @@ class Detector:
 
     async def _on_log(self, batch: LogBatch) -> None:
         await self.tracker.on_batch(batch)
+        if self.history is not None:
+            await self.history.on_log(batch)
         info = await self.state.job(batch.cluster, batch.job_id)
         found = crash_from_log(batch, self.catalogue, parse_nodes(info.get("nodes")), utcnow())
         if found is None:

@@ -23,6 +23,8 @@ from .domain import hangs, stragglers
 from .handlers import Detector
 from .lostnodes import LostNodeWatch
 from .rebuilding import HotStateRebuilder
+from .adapters.progress_store import ProgressStore
+from .progress_history import ProgressHistory
 from .router import router
 from .settings import DetectorSettings
 from .tracking import ProgressTracker
@@ -50,7 +52,13 @@ async def amain() -> None:
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
                               sweep_s=settings.hang_sweep_s, handled_until=progress_read_until,
                               cache_jobs=settings.state_cache_jobs, anomalies=anomalies)
-    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies)
+    history = ProgressHistory(ProgressStore(common.redis_url), common.cluster)
+    detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies, history)
+
+    async def on_progress_batch(items):
+        results = await tracker.on_progress_batch(items)
+        await history.on_reports([item for item, result in zip(items, results) if result is None])
+        return results
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis = Reachability("Redis (RELAUNCH_REDIS_URL, the detector's hot state)", common.redis_url)
 
@@ -75,7 +83,7 @@ async def amain() -> None:
             consume_each(bus, consumers.DETECTOR_LOGS, detector.on_log, stop),
             # Three batches at once: one is computed while the others wait on Redis (the tracker keeps
             # each job's batches in order).
-            consume_batch(bus, consumers.DETECTOR_PROGRESS, tracker.on_progress_batch, stop, concurrency=3),
+            consume_batch(bus, consumers.DETECTOR_PROGRESS, on_progress_batch, stop, concurrency=3),
             tracker.sweep(stop),
             nodes.sweep(stop),
             rebuilder.run(stop),
@@ -84,6 +92,7 @@ async def amain() -> None:
     async def on_stop() -> None:
         await bus.close()
         await state.close()
+        await history.store.close()
 
     await run_service("detector", settings.health_port,
                       {"nats": lambda: bus.connected, "redis": lambda: redis.reachable}, tasks, on_stop,

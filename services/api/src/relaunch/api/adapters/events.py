@@ -22,7 +22,8 @@ from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from relaunch.common import consumers
+from relaunch.common import consumers, subjects
+from relaunch.common.natsauth import LEASE_BUCKET
 from relaunch.common.connection import Bus
 from relaunch.common.errors import TemporaryError
 from relaunch.common.schemas import Message
@@ -99,8 +100,8 @@ class EventSubscription:
 
 
 class BusEvents:
-    def __init__(self, nats_url: str) -> None:
-        self.nats_url = nats_url
+    def __init__(self, nats_url: str, cluster: str = "local") -> None:
+        self.nats_url, self.cluster = nats_url, cluster
         self._bus: Bus | None = None
         self._task: asyncio.Task | None = None
 
@@ -143,6 +144,32 @@ class BusEvents:
             raise EventsUnavailable(
                 f"cannot read the {STREAM.name} stream from NATS at {self.nats_url}: {exc}") from exc
         return sub
+
+    async def health(self) -> dict:
+        """relaunch's own health as the bus sees it: each readable durable's lag (messages not yet
+        delivered, and delivered but not acked), the DLQ's size, and the actuator holding the lease."""
+        bus = self._ready()
+        lags = []
+        for c in consumers.ALL:
+            if c.spec.stream is subjects.ADVICE:
+                continue  # only the actuator may read ADVICE's consumer (docs/security.md)
+            try:
+                info = await bus.js.consumer_info(c.spec.stream.name, c.spec.durable, timeout=2)
+                lags.append({"service": c.service, "durable": c.spec.durable, "stream": c.spec.stream.name,
+                             "pending": info.num_pending, "ack_pending": info.num_ack_pending,
+                             "redelivered": info.num_redelivered})
+            except nats.js.errors.NotFoundError:
+                lags.append({"service": c.service, "durable": c.spec.durable, "stream": c.spec.stream.name,
+                             "pending": None, "ack_pending": None, "redelivered": None, "missing": True})
+        dlq = await bus.js.stream_info(subjects.DLQ.name)
+        leader = None
+        try:
+            kv = await bus.js.key_value(LEASE_BUCKET)
+            entry = await kv.get(f"actuator.{self.cluster}")
+            leader = entry.value.decode() if entry and entry.value else None
+        except (nats.js.errors.Error, nats.errors.Error):
+            leader = None
+        return {"consumers": lags, "dlq_messages": dlq.state.messages, "leader": leader}
 
     async def publish(self, subject: str, model: Message, msg_id: str) -> bool:
         """Publish durably; False when NATS is not available (the caller decides what that means)."""

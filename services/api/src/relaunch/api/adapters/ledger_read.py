@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from ..domain import evidence, nodes
+from ..domain import evidence, fleet, nodes
 
 _JSON_COLUMNS = ("options", "option_errors", "evidence", "evidence_refs", "policy", "reasons", "xids")
 
@@ -131,4 +131,28 @@ class LedgerReader:
             """SELECT a.cluster, n.node, a.job_id, j.name, a.generation, a.attempt, a.status, a.reason, a.issued_at
                FROM advice a CROSS JOIN LATERAL unnest(a.exclude_nodes) AS n(node)
                JOIN jobs j USING (cluster, job_id) WHERE ($1::text IS NULL OR a.cluster=$1)""", cluster)
-        return nodes.assemble([_row(r) for r in health], [_row(r) for r in events], [_row(r) for r in exclusions])
+        clearances = await self.pool.fetch(
+            """SELECT DISTINCT ON (cluster, node) cluster, node, at, actor, reason FROM node_clearances
+               WHERE ($1::text IS NULL OR cluster=$1) ORDER BY cluster, node, at DESC""", cluster)
+        return nodes.assemble([_row(r) for r in health], [_row(r) for r in events], [_row(r) for r in exclusions],
+                              [_row(r) for r in clearances])
+
+    async def fleet(self, now, days: int = 14, cluster: str | None = None) -> dict[str, Any]:
+        """The fleet view's rows of the last `days` days (relaunch.api.domain.fleet)."""
+        import datetime as dt
+
+        since = now - dt.timedelta(days=days)
+        anomalies = await self.pool.fetch(
+            "SELECT cluster, job_id, attempt, kind, fault_domain, action, nodes, detected_at FROM anomalies "
+            "WHERE detected_at >= $1 AND ($2::text IS NULL OR cluster=$2)", since, cluster)
+        advice = await self.pool.fetch(
+            "SELECT cluster, job_id, attempt, operation, status, exclude_nodes, evidence_refs, issued_at FROM advice "
+            "WHERE issued_at >= $1 AND ($2::text IS NULL OR cluster=$2)", since, cluster)
+        attempts = await self.pool.fetch(
+            "SELECT cluster, job_id, idx AS index, first_seen FROM attempts WHERE first_seen >= $1 "
+            "AND ($2::text IS NULL OR cluster=$2)", since, cluster)
+        stops = await self.pool.fetch(
+            "SELECT cluster, job_id, at FROM audit WHERE service='decider' AND action IN ('stop', 'terminate') "
+            "AND at >= $1 AND ($2::text IS NULL OR cluster=$2)", since, cluster)
+        return fleet.fleet([_row(r) for r in anomalies], [_row(r) for r in advice], [_row(r) for r in attempts],
+                           [_row(r) for r in stops], now, days)

@@ -3,6 +3,7 @@
 The decider stores `Advice.evidence_refs` as strings (relaunch.decider.handlers):
   "anomaly:<anomaly_id>"                      the anomaly the Advice answers
   "node:<node>:<confidence>:<reason>"         one reason why attribution suspects a node
+Repeated readings of one fault are said once with a count and a time span (relaunch.common.repeats).
 Invariant: a reference of a shape we do not know is kept verbatim under "other", never dropped,
 so a newer decider that adds a kind still shows up, only less prettily.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from relaunch.common.repeats import collapse
 
 
 def resolve(refs: Iterable[str], anomalies: Mapping[str, Mapping[str, Any]]) -> dict[str, list]:
@@ -43,4 +46,7 @@ def resolve(refs: Iterable[str], anomalies: Mapping[str, Mapping[str, Any]]) -> 
                 entry["reasons"].append(reason)
             continue
         other.append(ref)
+    for entry in suspects.values():
+        # Advice written before the decider collapsed repeated readings still reads once per fault.
+        entry["reasons"] = collapse(entry["reasons"])
     return {"anomalies": found_anomalies, "suspects": list(suspects.values()), "other": other}

@@ -118,6 +118,49 @@
       el("span", { class: "when" }, utc(entry.at)), el("span", { class: "kind" }, entry.kind),
       el("span", { class: "title" }, entry.title), entry.body)));
     $("#timeline-section").hidden = false;
+    await loadProgress(cluster, jobId);
+  }
+
+  // ---- pictures (charts.js) ------------------------------------------------------------------
+  async function loadProgress(cluster, jobId) {
+    const data = await getJSON(`/v1/jobs/${encodeURIComponent(cluster)}/${encodeURIComponent(jobId)}/progress`);
+    if (state.selected !== jobKey(cluster, jobId)) return;
+    window.RelaunchCharts.drawProgress($("#progress-chart"), data, showMarker);
+    $("#progress-note").textContent = data.note || "";
+    $("#progress-note").hidden = !data.note;
+  }
+
+  function showMarker(marker) {
+    $("#marker-detail").replaceChildren(
+      el("p", { class: "detail" }, el("span", { class: "when" }, utc(new Date(marker.t * 1000).toISOString())),
+         el("span", { class: "kind" }, marker.kind), marker.label),
+      ...(marker.evidence || []).filter(Boolean).map((line) => el("pre", { class: "evidence" }, line)));
+  }
+
+  async function loadFleet() {
+    const data = await getJSON("/v1/fleet?days=14");
+    const mttr = data.mttr_s === null ? "-" : `${data.mttr_s} s`;
+    $("#fleet-summary").replaceChildren(...[
+      ["failures", data.failures], ["restarts", data.restarts], ["stops", data.stops],
+      ["mean time to recover", mttr], ["time lost", `${data.lost_s_total} s`], ["not recovered", data.unrecovered],
+    ].map(([label, value]) => el("div", { class: "figure", dataset: { figure: label } },
+      el("span", { class: "figure-value" }, String(value)), el("span", { class: "muted" }, label))));
+    window.RelaunchCharts.drawDays($("#fleet-by-class"), data.days, "by_class");
+    window.RelaunchCharts.drawDays($("#fleet-by-action"), data.days, "by_action");
+    window.RelaunchCharts.drawLost($("#fleet-lost"), data.recoveries);
+    const health = data.health || {};
+    $("#fleet-health").replaceChildren(health.error ? el("p", { class: "problem" }, health.error) : el("div", {},
+      el("p", { class: "detail" }, `leader (actuator lease): ${health.leader || "none"}; DLQ: ${health.dlq_messages} message${health.dlq_messages === 1 ? "" : "s"}`),
+      el("table", { class: "lag" }, el("thead", {}, el("tr", {}, el("th", {}, "consumer"), el("th", {}, "pending"),
+                                                       el("th", {}, "unacked"))),
+        el("tbody", {}, (health.consumers || []).map((c) => el("tr", { dataset: { durable: c.durable } },
+          el("td", {}, c.durable), el("td", {}, c.pending === null ? "not created" : String(c.pending)),
+          el("td", {}, c.ack_pending === null ? "-" : String(c.ack_pending))))))));
+    $("#fleet-nodes tbody").replaceChildren(...data.nodes.map((n) => el("tr", { dataset: { node: n.node } },
+      el("td", {}, `${n.node} (${n.cluster})`), el("td", {}, `${n.times}x`),
+      el("td", {}, n.jobs.map((j) => el("a", { href: `#job=${encodeURIComponent(jobKey(n.cluster, j))}`,
+        onclick: (event) => { event.preventDefault(); select(n.cluster, j, true); } }, `job ${j} `))),
+      el("td", {}, el("ul", { class: "reasons" }, n.reasons.map((r) => el("li", {}, r)))))));
   }
 
   function renderSummary(job) {
@@ -252,9 +295,10 @@
     $("#jobs-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); guarded(loadJobs); });
     $("#jobs-next").addEventListener("click", () => { state.offset += PAGE; guarded(loadJobs); });
     setMode("polling", "connecting to the event stream");
-    guarded(async () => { await loadJobs(); await loadJob(); await loadNodes(); });
+    guarded(async () => { await loadJobs(); await loadJob(); await loadNodes(); await loadFleet(); });
     setInterval(() => guarded(async () => { await loadJobs(); await loadJob(); }), POLL_MS);
     setInterval(() => guarded(loadNodes), POLL_MS * 3);
+    setInterval(() => guarded(loadFleet), POLL_MS * 3);
     connectEvents();
   }
 

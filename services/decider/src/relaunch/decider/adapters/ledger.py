@@ -18,7 +18,7 @@ from importlib import resources
 
 import asyncpg
 
-from relaunch.common import job_states, telemetry
+from relaunch.common import job_states, subjects, telemetry
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
 from relaunch.common.postgres_outage import DOWN as POSTGRES_DOWN
@@ -316,6 +316,7 @@ class JobTx:
         """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
         `since` (attribution applies the window itself; the query only keeps the read small). The overlap
         test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice.
+        Exclusions before the node's newest clearance (migration 0009) are forgotten.
 
         An exclusion made on history alone (the node's only evidence ref is the history rule's "excluded
         for N other jobs") does not count: otherwise a node, once over the threshold, would be excluded by
@@ -323,6 +324,8 @@ class JobTx:
         rows = await self.conn.fetch(
             """SELECT n AS node, job_id, max(issued_at) AS at FROM advice, unnest(exclude_nodes) AS n
                WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND exclude_nodes && $4 AND n = ANY($4)
+                 AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
+                                           WHERE c.cluster=$1 AND c.node=n), '-infinity')
                  AND NOT (
                    EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
                            WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
@@ -366,8 +369,9 @@ class JobTx:
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         rows = await self.conn.fetch(
-            "SELECT node, verdict, reasons, at FROM node_events WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
-            "ORDER BY at", self.cluster, nodes, since)
+            "SELECT node, verdict, reasons, at FROM node_events e WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
+            "AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node), "
+            "'-infinity') ORDER BY at", self.cluster, nodes, since)
         return [NodeEvent(r["node"], r["verdict"], tuple(json.loads(r["reasons"])), r["at"]) for r in rows]
 
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
@@ -410,8 +414,17 @@ class JobTx:
                                 "WHERE cluster=$1 AND job_id=$2", self.cluster, self.job_id, verdict, reason)
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
+        """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
+        <c>.<job>, Msg-Id = the key): custom consumers and the notifier hear of every decision, a stop
+        included, exactly once. The decider's own audit consumer finds the row there already (same key)."""
         await self.conn.execute(
             """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
                VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
             self.cluster, self.job_id, action, json.dumps(detail), key, at,
         )
+        entry = AuditEntry(cluster=self.cluster, job_id=self.job_id, service="decider", action=action,
+                           detail=json.dumps(detail), idempotency_key=key, at=at)
+        await self.conn.execute(
+            "INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4) "
+            "ON CONFLICT (msg_id) DO NOTHING",
+            subjects.event_audit(self.cluster, self.job_id), key, dump(entry), telemetry.current_traceparent())

@@ -1,12 +1,13 @@
 """attribute(anomaly, job_nodes, node_events, now, ...) -> suspect nodes with reasons and confidences. Pure.
 
 The evidence, and the confidence each gives (the highest of a node's reasons counts; docs/policy.md):
-  0.9   gpu-probe read the node as failed in the window around the failure (an XID, ECC, a lost GPU)
+  0.9   gpu-probe read the node as failed in the window around the failure (an XID, ECC, a lost GPU);
+        repeated readings of one fault are one reason, "..., seen 6x 05:45:34-05:46:24"
   0.8   the failing log line names the node and its signature says the fault is the node's
         (action restart_excluding: an XID, an ECC error in the log), a straggler's slow rank ran on it,
         or the node was lost (its gpu-probe fell silent while the job's progress stopped)
-  0.75  the node was left out by relaunch for HISTORY_JOBS other jobs within HISTORY_WINDOW (older
-        exclusions do not count: the history decays)
+  0.75  the node's record of exclusions for other jobs, decayed with a half-life, still weighs at
+        least HISTORY_WEIGHT (reputation.py; an operator's clearance forgets it)
   0.7   a hardware or infrastructure error in the log names the node (a NCCL/IB error's host); an
         InfiniBand completion error names a pair of hosts, and the policy's ib_pair says whether
         both ends are suspects or one (the end with other evidence, else the far end, the peer)
@@ -27,16 +28,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from relaunch.common.policies.model import IB_PAIRS
+from relaunch.common.repeats import collapse
 from relaunch.common.schemas import AnomalyDetected
+
+from .reputation import HALF_LIFE, HISTORY_WEIGHT, history_weight
 
 WINDOW = dt.timedelta(minutes=15)
 """gpu-probe readings this long before the anomaly (and up to its detection) count as evidence."""
 EXCLUDE_AT = 0.7
 """Suspects at or above this confidence are excluded from the next attempt."""
-HISTORY_WINDOW = dt.timedelta(hours=24)
-"""Exclusions of a node for other jobs this recent count as its history."""
-HISTORY_JOBS = 2
-"""A node excluded for at least this many other jobs within HISTORY_WINDOW is suspect for everyone."""
 CONSECUTIVE_BOOST = 0.2
 """Added to a suspect's confidence when the job's previous attempt implicated the node too."""
 CONSECUTIVE_MAX = 0.95
@@ -92,10 +92,10 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
               window: dt.timedelta = WINDOW,
               node_history: Mapping[str, Iterable[tuple[str, dt.datetime]]] | None = None,
               previous: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
-              ib_pair: str = "both") -> tuple[Suspect, ...]:
-    """`node_history`: node -> (job, when) of each Advice of another job that left it out; only those
-    within HISTORY_WINDOW of `now` count. `previous`: node -> (confidence, reasons) of the suspects of
-    the job's previous attempt. `ib_pair`: "both" or "one" (IB_PAIRS)."""
+              ib_pair: str = "both", half_life: dt.timedelta = HALF_LIFE) -> tuple[Suspect, ...]:
+    """`node_history`: node -> (job, when) of each Advice of another job that left it out (since the
+    node's last clearance); they count decayed by `half_life` (reputation.py). `previous`: node ->
+    (confidence, reasons) of the suspects of the job's previous attempt. `ib_pair`: "both" or "one"."""
     if ib_pair not in IB_PAIRS:
         raise ValueError(f"ib_pair must be one of {', '.join(IB_PAIRS)}, not {ib_pair!r}")
     members = set(job_nodes) or set(anomaly.nodes)
@@ -117,11 +117,12 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
             other.append((event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: "
                                            f"{'; '.join(event.reasons)[:300]}"))
     for node, entries in (node_history or {}).items():
-        jobs = {job for job, at in entries if now - at <= HISTORY_WINDOW}
-        if node in members and len(jobs) >= HISTORY_JOBS:
-            shown = ", ".join(sorted(jobs)[:5])
-            other.append((node, 0.75, f"excluded for {len(jobs)} other jobs in the last "
-                                      f"{HISTORY_WINDOW.total_seconds() / 3600:.0f} h ({shown})"))
+        weight_now, jobs = history_weight(entries, now, half_life)
+        if node in members and weight_now >= HISTORY_WEIGHT:
+            # "excluded for" starts the reason: the ledger adapter recognises history-only exclusions by it.
+            shown = ", ".join(jobs[:5])
+            other.append((node, 0.75, f"excluded for {len(jobs)} other jobs ({shown}), weight {weight_now:.2f} "
+                                      f"with a {half_life.total_seconds() / 3600:g} h half-life"))
     weight: dict[str, float] = {}
     for node, confidence, _ in other:
         weight[node] = max(weight.get(node, 0.0), confidence)
@@ -165,5 +166,7 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
             raised = max(confidence, min(confidence + CONSECUTIVE_BOOST, CONSECUTIVE_MAX))
             shown = "; ".join(why)[:200] or "no reason recorded"
             found[node] = (raised, reasons + [f"implicated in the previous attempt too ({before:.2f}: {shown})"])
-    return tuple(sorted((Suspect(n, round(c, 2), tuple(dict.fromkeys(r))) for n, (c, r) in found.items()),
+    # One entry per fault: a reading gpu-probe repeated at every heartbeat is said once, with its
+    # count and time span (relaunch.common.repeats).
+    return tuple(sorted((Suspect(n, round(c, 2), tuple(collapse(r))) for n, (c, r) in found.items()),
                         key=lambda s: (-s.confidence, s.node)))

@@ -1,0 +1,56 @@
+"""Composition root of the notifier: three durable consumers (audit entries, reconcile statuses,
+dead letters) pulled a batch at a time, posted to the routes' webhooks (docs/notifications.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from relaunch.common import consumers
+from relaunch.common.connection import Bus
+from relaunch.common.ingest import consume_batch
+from relaunch.common.service import run_service, setup_logging
+from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.telemetry import setup_tracing
+
+from .adapters.webhook import Webhooks
+from .dispatch import Dispatcher
+from .routes import RoutesFileError, load_routes
+from .settings import NotifierSettings
+
+log = logging.getLogger(__name__)
+
+
+async def amain() -> None:
+    common = load_settings(CommonSettings)
+    settings = load_settings(NotifierSettings)
+    require_backends(common, NotifierSettings)
+    setup_logging("notifier", common.log_level)
+    setup_tracing("notifier", common.otlp_endpoint, common.trace_file)
+    routes = load_routes(settings.routes_file)  # validated before anything connects
+    if routes:
+        log.info("routes: %s", "; ".join(f"{r.name} ({', '.join(r.events)})" for r in routes))
+    else:
+        log.warning("no routes (RELAUNCH_NOTIFIER_ROUTES_FILE is empty): events are acked and posted nowhere")
+    bus = await Bus.connect(common.nats_url, "notifier")
+    webhooks = Webhooks()
+    dispatcher = Dispatcher(routes, webhooks, settings.retry_base_s, settings.retry_max_s)
+    handlers = {consumers.NOTIFIER_AUDIT: dispatcher.on_audit, consumers.NOTIFIER_RECONCILE: dispatcher.on_reconcile,
+                consumers.NOTIFIER_DLQ: dispatcher.on_dead_letter}
+
+    def tasks(stop: asyncio.Event):
+        return [consume_batch(bus, consumer, handlers[consumer], stop) for consumer in consumers.of("notifier")]
+
+    async def on_stop() -> None:
+        await bus.close()
+        await webhooks.close()
+
+    await run_service("notifier", settings.health_port, {"nats": lambda: bus.connected}, tasks, on_stop,
+                      health_host=common.health_host)
+
+
+def main() -> None:
+    try:
+        asyncio.run(amain())
+    except RoutesFileError as exc:  # printed on stderr, exit status 1
+        raise SystemExit(f"relaunch notifier: {exc}") from None
