@@ -4,6 +4,7 @@ exclusion, a leader failover, and the watchdog releasing a job when no actuator 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -49,7 +50,10 @@ async def test_actuator_killed_after_each_step_restarts_exactly_once(services, s
 
 
 async def test_standby_converges_when_the_leader_dies(services, slurm_api):
-    env = {**os.environ, **services, "RELAUNCH_ACTUATOR_HEALTH_PORT": str(int(services["RELAUNCH_PORT_BASE"]) + 99),
+    with socket.socket() as free:  # any free port: the stack's own (scripts/stack.sh HEALTH_*) are taken
+        free.bind(("127.0.0.1", 0))
+        health_port = free.getsockname()[1]
+    env = {**os.environ, **services, "RELAUNCH_ACTUATOR_HEALTH_PORT": str(health_port),
            "RELAUNCH_ACTUATOR_INSTANCE": "standby", "RELAUNCH_SLURM_API": slurm_api}
     log = open(os.path.join(services["RELAUNCH_RUN_DIR"], "log", "actuator-standby.log"), "ab")
     standby = subprocess.Popen([sys.executable, "-m", "relaunch.actuator"], env=env, stdout=log, stderr=log,

@@ -50,6 +50,8 @@ EXAMPLES: dict[type[Message], Message] = {
     NodeHealth: NodeHealth(cluster=C, node="node1", verdict="healthy", backend="fake", at=NOW),
     Advice: Advice(cluster=C, job_id=J, attempt=0, generation=1, operation="restart", reason="r", issued_at=NOW,
                    expires_at=NOW),
+    DeadLetter: DeadLetter(service="detector", subject=f"relaunch.signal.log.{C}.{J}", reason="not a valid LogBatch",
+                           payload="{}", payload_bytes=2, at=NOW),
 }
 # Every declared consumer (relaunch.common.consumers), run the way its service runs it.
 SUBSCRIBERS = list(consumers.ALL)
