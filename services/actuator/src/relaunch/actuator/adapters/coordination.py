@@ -9,8 +9,9 @@ Slurm's state first, and a requeue needs the restart counter to still equal the 
 
 Fencing (docs/reliability.md, "A partitioned actuator"): a leader cut off from NATS cannot learn
 that its lease lapsed, and its last renewal may hang in a request timeout. So leadership is also
-bounded by the local clock: `is_leader` holds only until ttl_s - renew_s after the last renewal NATS
-confirmed (the server expires the entry ttl_s after it received that renewal, which was later), and
+bounded by the local clock: `is_leader` holds only until ttl_s - FENCE_MARGIN_S after the last renewal
+was sent, once NATS confirmed it (the server expires the entry ttl_s after it received that renewal,
+which was later; a renewal slowed by a loaded NATS does not end leadership before that), and
 the reconciler asks again right before every Slurm command. No step is taken by an actuator whose
 lease may have passed to another. A leader that cannot reach Slurm steps down (`step_down`) and
 leaves the lease to a standby for a while, so that one that can reach Slurm carries on.
@@ -39,6 +40,8 @@ from relaunch.common.periodic import every
 log = logging.getLogger(__name__)
 
 LEASE_BUCKET = "relaunch-leases"
+FENCE_MARGIN_S = 1.0
+"""Leadership ends this long before the server can expire the lease (coordination's fencing)."""
 HOLDS_BUCKET = "relaunch-holds"
 
 
@@ -65,7 +68,7 @@ class Lease:
 
     @property
     def is_leader(self) -> bool:
-        """Holding the lease, as far as this process can know: a confirmed renewal within ttl - renew."""
+        """Holding the lease, as far as this process can know: a confirmed renewal within ttl - 1 s."""
         return self._revision is not None and self.clock() < self._valid_until
 
     async def step_down(self, hold_off_s: float, why: str) -> None:
@@ -106,7 +109,7 @@ class Lease:
             else:
                 self._revision = await self._kv.create(self.key, value)
                 log.info("actuator %s is now the leader for %s", self.instance, self.key)
-            self._valid_until = sent + self.ttl_s - self.renew_s
+            self._valid_until = sent + self.ttl_s - FENCE_MARGIN_S
         except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError) as exc:
             if self._revision is not None:
                 log.warning("actuator %s lost the lease %s: %s", self.instance, self.key, exc)
