@@ -69,3 +69,17 @@ def kill9(env: dict, service: str) -> None:
         except FileNotFoundError:
             break
         time.sleep(0.05)
+
+
+def wait_for_the_actuator_to_lead(env: dict, timeout: float = 30.0) -> None:
+    """Until the stack's actuator (the last one started) holds the lease, so that its observer reports a
+    job from its start: a test that restarted the actuator would otherwise have the job's first lines
+    read in one batch, which teaches the hang watch no step interval."""
+    path = Path(env["RELAUNCH_RUN_DIR"]) / "log" / "actuator.log"
+
+    def leads() -> bool:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        started = text.rfind(" starting in ")
+        return started >= 0 and "is now the leader" in text[started:]
+
+    wait_until("the actuator to hold the lease", leads, timeout)

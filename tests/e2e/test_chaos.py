@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from slurmjobs import REPO, job_fields, kill9, ledger, sbatch, stack, wait_until
+from slurmjobs import REPO, job_fields, kill9, ledger, sbatch, stack, wait_for_the_actuator_to_lead, wait_until
 
 from relaunch.client.events import EventStream
 from relaunch.common.schemas import AuditEntry
@@ -68,6 +68,7 @@ async def test_standby_converges_when_the_leader_dies(services, slurm_api):
         standby.wait(timeout=20)
         log.close()
         stack(services, "services-up")
+        wait_for_the_actuator_to_lead(services)
 
 
 async def test_watchdog_releases_a_held_job_when_no_actuator_is_left(services, slurm_api):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from slurmjobs import job_fields, ledger, sbatch, wait_until
+from slurmjobs import job_fields, ledger, sbatch, wait_for_the_actuator_to_lead, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
 def test_a_job_that_stops_printing_iterations_is_restarted_as_hung(services):
     started = time.monotonic()
+    wait_for_the_actuator_to_lead(services)
     job = sbatch(services, "megatron-like.sh", "relaunch:max_attempts=2", STEPS="8", STEP_SECONDS="1",
                  HANG_AFTER="6")
     record = wait_until("the hang to be detected and the job restarted",
@@ -27,6 +28,7 @@ def test_a_job_that_stops_printing_iterations_is_restarted_as_hung(services):
 
 
 def test_a_hung_job_out_of_attempts_is_cancelled_not_left_holding_its_nodes(services):
+    wait_for_the_actuator_to_lead(services)
     job = sbatch(services, "megatron-like.sh", "relaunch:max_attempts=1", STEPS="8", STEP_SECONDS="1",
                  HANG_AFTER="4")
     record = wait_until("the hung job to be cancelled",
