@@ -9,7 +9,9 @@ SLURM ?=
 # How the actuator reaches Slurm (contract): cli (its commands, the default) or rest (slurmrestd of the
 # same release, JWT auth; SLURM=24.11 or 26.05): make up SLURM=24.11 SLURM_API=rest.
 SLURM_API ?=
-STACK := RELAUNCH_SLURM=$(or $(SLURM),host) RELAUNCH_SLURM_API=$(SLURM_API)
+# NATS as one server (the default) or a 3-server cluster with every stream R3: make up NATS_SERVERS=3.
+NATS_SERVERS ?=
+STACK := RELAUNCH_SLURM=$(or $(SLURM),host) RELAUNCH_SLURM_API=$(SLURM_API) RELAUNCH_NATS_SERVERS=$(NATS_SERVERS)
 SLURM_RELEASES := 22.05 24.11 26.05
 
 .PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load reliability fixtures
@@ -27,6 +29,7 @@ help:
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
 	@echo "SLURM=22.05|24.11|26.05 on setup/up/down/status/demo picks the Slurm release (default: the host's)"
 	@echo "SLURM_API=rest on up/demo/bench: the actuator talks to slurmrestd (started too) instead of running Slurm's commands"
+	@echo "NATS_SERVERS=3 on up/demo/bench: a 3-server NATS cluster, every stream and bucket with 3 replicas"
 
 setup:
 	@RELAUNCH_SLURM=$(SLURM) bash scripts/setup.sh

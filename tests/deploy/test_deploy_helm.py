@@ -73,6 +73,11 @@ VALUE_SETS: dict[str, dict] = {
             "priorityClassName": "system-node-critical",
         },
     },
+    # A 3-server NATS cluster from the NATS chart: relaunch's streams and buckets R3.
+    "nats-cluster": {"nats": {"config": {"cluster": {"enabled": True, "replicas": 3}}}},
+    "external-nats-cluster": {"nats": {"enabled": False}, "externalNats": {
+        "url": "nats://n1.messaging.svc:4222,nats://n2.messaging.svc:4222,nats://n3.messaging.svc:4222",
+        "replicas": 3}},
     "munge-off": {"actuator": {"slurm": {"munge": {"enabled": False}, "existingConfigMap": "slurm-config"}}},
     # Beside Slinky: slurmrestd with a token Secret; no slurm.conf, no munge (docs/install-kubernetes.md).
     "slinky": {"actuator": {"mode": "act", "slurm": {"api": "rest", "rest": {"url": "http://slurm-restapi.slurm:6820"}}}},
@@ -317,6 +322,16 @@ def test_external_nats_is_used_when_the_subchart_is_off(rendered):
         ref = env_of(spec["containers"][0])["RELAUNCH_NATS_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "relaunch-urls", "key": "nats-url"}, name
     assert one(objects, "Secret", "relaunch-urls")["stringData"]["nats-url"] == "nats://nats.messaging.svc:4222"
+
+
+@pytest.mark.parametrize(("value_set", "replicas"), [("defaults", "1"), ("external-nats", "1"), ("nats-cluster", "3"),
+                                                    ("external-nats-cluster", "3")])
+def test_every_service_makes_its_streams_and_buckets_with_the_clusters_replicas(rendered, value_set, replicas):
+    for name, spec in pod_specs(rendered[value_set]):
+        assert env_of(spec["containers"][0])["RELAUNCH_NATS_REPLICAS"]["value"] == replicas, name
+    if value_set == "external-nats-cluster":
+        url = one(rendered[value_set], "Secret", "relaunch-urls")["stringData"]["nats-url"]
+        assert url.count("nats://") == 3
 
 
 def test_existing_secrets_replace_every_url_and_the_chart_writes_none(rendered):

@@ -15,7 +15,7 @@ from slurmjobs import REPO, VENV_BIN, job_fields, ledger, sbatch, wait_until
 
 from relaunch.actuator.domain.hostlists import expand
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.rest_on_one_release]
 
 
 def restart_actuator(env: dict, **extra: str) -> None:

@@ -11,7 +11,7 @@ from slurmjobs import job_fields, ledger, sbatch, wait_until
 
 from relaunch.actuator.domain.hostlists import expand
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.rest_on_one_release]
 
 LINE = ("transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer {peer}<54331> with error 12, "
         "opcode 0, len 0, vendor err 129 (Recv)")

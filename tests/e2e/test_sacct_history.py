@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from slurmjobs import ledger, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.rest_on_one_release]
 
 MIN_JOB_AGE = 10
 """Seconds slurmctld keeps a finished job during this test; below 60, it also purges every MinJobAge s."""

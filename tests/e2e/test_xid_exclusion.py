@@ -13,7 +13,7 @@ from slurmjobs import VENV_BIN, job_fields, ledger, sbatch, wait_until
 
 from relaunch.actuator.domain.hostlists import expand
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.rest_on_one_release]
 
 
 def test_xid79_on_node2_restarts_the_job_without_node2(services, slurm_api):

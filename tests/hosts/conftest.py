@@ -1,5 +1,6 @@
 """The hosts tier (docs/reliability.md, "Faults between hosts"): the test stack in the hosts topology,
-each Slurm node in a network namespace of its own (scripts/stack.sh, RELAUNCH_TOPOLOGY=hosts), with
+each Slurm node and each of three NATS servers in a network namespace of its own (scripts/stack.sh,
+RELAUNCH_TOPOLOGY=hosts, RELAUNCH_NATS_SERVERS=3), with
 Slurm's default SlurmdTimeout (300 s), so that nothing here can pass by waiting for Slurm to notice.
 
 scripts/test_matrix.py runs it once, with a run folder and ports of its own:
@@ -15,6 +16,9 @@ from pathlib import Path
 import pytest
 
 os.environ["RELAUNCH_TOPOLOGY"] = "hosts"
+# NATS as a 3-server cluster, each server on a host of its own, streams and buckets R3 (test_nats_cluster.py;
+# the lost-node and partition tests run over it too).
+os.environ.setdefault("RELAUNCH_NATS_SERVERS", "3")
 os.environ.setdefault("RELAUNCH_SLURMD_TIMEOUT", "300")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))  # slurmjobs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))  # faults (the results table)

@@ -36,7 +36,7 @@ class Actuator:
 
     def __init__(self, env: dict, name: str) -> None:
         run = Path(env["RELAUNCH_RUN_DIR"])
-        nats = urlparse(env["RELAUNCH_NATS_URL"])
+        nats = urlparse(env["RELAUNCH_NATS_URL"].split(",")[0])  # one server: the relay is all it knows
         conf = (run / "slurm" / "slurm.conf").read_text()
         ctld_host = re.search(r"^SlurmctldHost=localhost(?:\((?P<addr>[^)]+)\))?", conf, re.M)["addr"] or "127.0.0.1"
         ctld_port = int(re.search(r"^SlurmctldPort=(\d+)", conf, re.M)[1])

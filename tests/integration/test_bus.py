@@ -112,3 +112,28 @@ async def test_a_handler_bug_is_dead_lettered_after_max_deliver(test_stack, uniq
         assert calls == [1, 2] and len(letters) == 1 and "RuntimeError: boom" in letters[0].reason
     finally:
         await bus.close()
+
+
+async def test_a_message_still_temporary_at_max_deliver_is_dead_lettered_not_dropped(test_stack, unique):
+    """NATS stops delivering a message after the consumer's max_deliver: a handler that kept saying "not
+    yet" (a server away longer than the consumer waits) leaves it in the DLQ with the reason."""
+    service = f"t{unique}"
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], service)
+    cluster = f"c{unique}"
+    spec = subjects.ConsumerSpec(f"test-{unique}", subjects.SIGNALS, f"relaunch.signal.job.{cluster}.>",
+                                 ack_wait_s=5, max_deliver=3)
+    calls = []
+
+    async def handler(obs, delivery):
+        calls.append(delivery.num_delivered)
+        raise TemporaryError("the stream has no leader yet", delay=0.05)
+
+    try:
+        await bus.publish(subjects.signal_job(cluster, "1"), observed(cluster))
+        await run_consumer(bus, spec, handler, lambda: len(calls) >= 3)
+        await asyncio.sleep(0.3)
+        letters = await dlq_entries(bus, service)
+        assert calls == [1, 2, 3] and len(letters) == 1
+        assert "still temporary after 3 deliveries" in letters[0].reason and "no leader yet" in letters[0].reason
+    finally:
+        await bus.close()

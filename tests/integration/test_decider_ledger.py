@@ -144,3 +144,37 @@ async def test_node_history_decays_so_an_old_exclusion_weighs_too_little(ledger,
     await decider.on_anomaly(anomaly(cluster, "crash", fault_domain="unknown"), DELIVERY)
     (advice,) = [r for r in await advice_rows(ledger, cluster) if r["job_id"] == "5"]
     assert advice["exclude_nodes"] == [] and "other jobs" not in advice["evidence_refs"]
+
+
+IB_LINE = ("transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer node2<54331> with error 12, "
+           "opcode 0, len 0, vendor err 129 (Recv)")
+
+
+async def test_an_anomaly_that_comes_before_the_attempts_nodes_waits_for_them(ledger, unique):
+    """The observation with the attempt's nodes and the anomaly travel on different consumers: an IB error
+    read from the log before the RUNNING observation is in the ledger is redelivered, not attributed
+    against no nodes (which would exclude none); once the nodes are known, the peer it names is left out."""
+    from relaunch.common.errors import TemporaryError
+    from relaunch.common.schemas import EvidenceLine
+    from relaunch.decider.handlers import WAIT_FOR_NODES_DELIVERIES
+
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, nodes=()), DELIVERY)
+    line = anomaly(cluster, "ib", signature_id="nccl_ib_completion_error", category="nccl_network_error",
+                   fault_domain="infrastructure", evidence=[EvidenceLine(path="/x.out", offset=0, text=IB_LINE)])
+    with pytest.raises(TemporaryError, match="nodes are not in the ledger yet"):
+        await decider.on_anomaly(line, DELIVERY)
+    assert await ledger.pool.fetchval("SELECT count(*) FROM anomalies WHERE cluster=$1", cluster) == 0
+    await decider.on_job(observed(cluster, nodes=("node1", "node2")), DELIVERY)
+    await decider.on_anomaly(line, Delivery("s", 2, 1))
+    (advice,) = await advice_rows(ledger, cluster)
+    assert advice["exclude_nodes"] == ["node2"]
+
+    # Bounded: when the nodes never come, the last wait decides with what is known (no exclusion).
+    other = f"{cluster}x"
+    await decider.on_job(observed(other, nodes=()), DELIVERY)
+    late = line.model_copy(update={"cluster": other, "anomaly_id": f"{other}.5.0.ib"})
+    await decider.on_anomaly(late, Delivery("s", WAIT_FOR_NODES_DELIVERIES, 1))
+    (advice,) = await advice_rows(ledger, other)
+    assert advice["exclude_nodes"] == [] and advice["operation"] == "restart"

@@ -338,7 +338,9 @@ def render_hosts(rows: list[dict]) -> str:
     lines = ["", "## Faults between hosts", "",
              "From `tests/hosts` (once per `make test`, Slurm 22.05), on the hosts topology: each Slurm node, its",
              "gpu-probe and its job processes in a network namespace of their own (`scripts/stack.sh cut|heal|freeze|",
-             "thaw NODE`), with Slurm's default SlurmdTimeout of 300 s. Times are median / p95 / max from the fault.",
+             "thaw NODE`), with Slurm's default SlurmdTimeout of 300 s, and NATS as a 3-server cluster, each server in a",
+             "namespace of its own, every stream and bucket with 3 replicas (`RELAUNCH_NATS_SERVERS=3`, `stack.sh",
+             "nats-kill|nats-start N`). Times are median / p95 / max from the fault.",
              "",
              "| fault | trials | recovered | exactly once | lost | detected | running again |",
              "|---|---:|---:|---:|---:|---|---|"]

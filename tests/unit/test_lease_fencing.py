@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import nats.errors
+import nats.js.errors
 
 from relaunch.actuator.adapters.coordination import Lease
 
@@ -34,7 +35,9 @@ class KV:
 
     async def update(self, key, value, last):
         if self.down:
-            raise nats.errors.TimeoutError
+            raise self.down if isinstance(self.down, Exception) else nats.errors.TimeoutError
+        if last != self.revision:
+            raise nats.js.errors.KeyWrongLastSequenceError()
         self.revision += 1
         return self.revision
 
@@ -80,3 +83,32 @@ def test_a_leader_that_steps_down_leaves_the_lease_to_a_standby_for_a_while():
     clock.t += 31
     asyncio.run(lz.tick())
     assert lz.is_leader
+
+
+def test_a_leader_whose_cluster_has_no_stream_leader_for_a_moment_takes_its_lease_back_when_it_answers():
+    """A NATS cluster electing a new leader for the lease bucket answers nothing for a few seconds: the
+    leader is standby meanwhile, and its next renewal that gets through (same revision: nobody took
+    the lease) makes it leader again at once, without waiting for the lease to expire."""
+    lz, kv, clock = lease()
+    asyncio.run(lz.tick())
+    kv.down = nats.js.errors.NoStreamResponseError()
+    clock.t += 2.0
+    asyncio.run(lz.tick())
+    assert not lz.is_leader
+    kv.down = False
+    clock.t += 2.0
+    asyncio.run(lz.tick())
+    assert lz.is_leader
+
+
+def test_a_leader_cut_off_while_a_standby_took_the_lease_gives_it_up_when_it_comes_back():
+    lz, kv, clock = lease()
+    asyncio.run(lz.tick())
+    kv.down = True
+    clock.t += 2.0
+    asyncio.run(lz.tick())
+    kv.down = False
+    kv.revision += 5  # the lease expired and a standby created it again
+    clock.t += 8.0
+    asyncio.run(lz.tick())
+    assert not lz.is_leader and lz._revision is None

@@ -100,6 +100,17 @@ imagePullPolicy: {{ .Values.image.pullPolicy }}
 {{- end }}
 {{- end }}
 
+{{/* Replicas of relaunch's streams and buckets: the NATS chart's cluster size when it runs a cluster,
+else externalNats.replicas (1 by default). */}}
+{{- define "relaunch.natsReplicas" -}}
+{{- if .Values.nats.enabled }}
+{{- $cluster := (.Values.nats.config | default dict).cluster | default dict }}
+{{- if $cluster.enabled }}{{ $cluster.replicas | default 3 }}{{ else }}1{{ end }}
+{{- else }}
+{{- .Values.externalNats.replicas | default 1 }}
+{{- end }}
+{{- end }}
+
 {{- define "relaunch.natsEnv" -}}
 {{- if .Values.nats.enabled }}
 - name: RELAUNCH_NATS_URL
@@ -107,6 +118,8 @@ imagePullPolicy: {{ .Values.image.pullPolicy }}
 {{- else }}
 {{ include "relaunch.urlEnv" (dict "ctx" . "env" "RELAUNCH_NATS_URL" "conf" .Values.externalNats "key" "nats-url" "what" "externalNats") | trim }}
 {{- end }}
+- name: RELAUNCH_NATS_REPLICAS
+  value: {{ include "relaunch.natsReplicas" . | trim | quote }}
 {{- end }}
 
 {{/* Environment every service gets: cluster, log level, NATS. */}}

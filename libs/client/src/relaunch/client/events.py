@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import nats
 
 from relaunch.common.schemas import ALL_MODELS, Message
+from relaunch.common.settings import nats_servers
 
 _BY_SCHEMA = {model.model_fields["schema_"].default: model for model in ALL_MODELS}
 
@@ -49,7 +50,7 @@ class EventStream:
     async def __aenter__(self) -> EventStream:
         from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
-        self._nc = await nats.connect(self.nats_url, connect_timeout=3, max_reconnect_attempts=-1,
+        self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=3, max_reconnect_attempts=-1,
                                       **connect_options())
         await self._nc.subscribe(self.subject, cb=self._on_msg)
         await self._nc.flush()

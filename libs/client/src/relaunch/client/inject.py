@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, dump
+from relaunch.common.settings import nats_servers
 
 from . import settings as client_settings
 
@@ -67,7 +68,7 @@ async def request_injection(nats_url: str, injection: FaultInjection,
     # nats-py treats max_reconnect_attempts=0 as "forever" for the first connect; 1 means one retry.
     from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
 
-    nc = await nats.connect(nats_url, connect_timeout=min(timeout_s, 3.0), allow_reconnect=False,
+    nc = await nats.connect(nats_servers(nats_url), connect_timeout=min(timeout_s, 3.0), allow_reconnect=False,
                             max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,
                             **connect_options())
     try:

@@ -17,6 +17,7 @@ import threading
 
 from relaunch.common import subjects
 from relaunch.common.schemas import ProgressReported, dump
+from relaunch.common.settings import nats_servers
 
 from . import settings as client_settings
 
@@ -82,7 +83,7 @@ class ProgressReporter:
                 break
             try:
                 if nc is None or nc.is_closed:
-                    nc = await nats.connect(self.nats_url, connect_timeout=2, max_reconnect_attempts=3,
+                    nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=2, max_reconnect_attempts=3,
                                             allow_reconnect=True, reconnect_time_wait=0.5, error_cb=_quiet,
                                             **connect_options())
                 await nc.publish(self.subject, dump(record))

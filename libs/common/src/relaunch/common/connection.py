@@ -22,7 +22,7 @@ from . import natsauth, subjects, telemetry
 from .errors import TemporaryError
 from .outcomes import OutcomeMiddleware, utcnow
 from .schemas import DeadLetter, Message, dump
-from .settings import CommonSettings, SettingsError
+from .settings import CommonSettings, SettingsError, nats_servers
 from .streams import ensure_streams
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def broker_for(url: str, service: str, options: dict, outcomes: OutcomeMiddlewar
         security = NatsSecurity(ssl_context=tls)
     extra = {k: v for k, v in options.items() if k not in ("user", "password", "tls")}
     return NatsBroker(
-        url, name=f"relaunch-{service}", connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=-1,
+        nats_servers(url), name=f"relaunch-{service}", connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=-1,
         reconnect_time_wait=0.5, security=security, middlewares=[outcomes] if outcomes else (),
         # FastStream logs every message at its log level ("Received", "Processed"): debug only.
         logger=logging.getLogger("relaunch.faststream"), log_level=logging.DEBUG, graceful_timeout=5.0, **extra,
@@ -112,9 +112,12 @@ class Bus:
                 await asyncio.wait_for(broker.connect(), timeout=CONNECT_TIMEOUT_S)
                 bus = cls(broker, service, outcomes, options.get("inbox_prefix", "_INBOX"))
                 outcomes.bus = bus
-                await ensure_streams(bus.js, service)
+                await ensure_streams(bus.js, service, CommonSettings().nats_replicas)
                 return bus
-            except (OSError, TimeoutError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
+            # ServiceUnavailable: a cluster's JetStream has no meta leader yet (servers starting, or one
+            # lost a moment ago and the others electing): temporary like a server not up yet.
+            except (OSError, TimeoutError, nats.errors.NoServersError, nats.errors.TimeoutError,
+                    nats.js.errors.ServiceUnavailableError) as exc:
                 await _close_quietly(broker)
                 if asyncio.get_running_loop().time() > deadline:
                     raise TemporaryError(f"NATS at {url} is not reachable: {exc}") from exc
@@ -152,8 +155,15 @@ class Bus:
             telemetry.inject(headers)
         # Through the broker (FastStream's JetStream producer; in TestNatsBroker, to the subscribers in
         # memory), naming the stream: the PubAck says it is stored, and whether it was a duplicate.
-        ack = await self.broker.publish(payload, subject, headers=headers, stream=stream_of(subject).name,
-                                        timeout=PUBLISH_TIMEOUT_S)
+        try:
+            ack = await self.broker.publish(payload, subject, headers=headers, stream=stream_of(subject).name,
+                                            timeout=PUBLISH_TIMEOUT_S)
+        except (nats.errors.Error, TimeoutError) as exc:
+            # Not stored: NATS unreachable, or the stream without a leader for a moment (a cluster
+            # electing one after a server died answers nothing, or "no responders"). Temporary: the
+            # caller's loop goes on and a handler's message is redelivered with back-off.
+            raise TemporaryError(f"NATS did not store the message on {subject}: {type(exc).__name__}: {exc}",
+                                 delay=0.5, backoff=True) from exc
         return ack is None or not ack.duplicate  # None: in memory (TestNatsBroker), nothing is deduplicated
 
     async def dead_letter(self, subject: str, reason: str, data: bytes, msg_id: str | None) -> None:

@@ -3,7 +3,8 @@ FastStream subscribers through `OutcomeMiddleware`, the ingest engine through `s
 docs/architecture.md, "Errors":
 
   handler returns         -> ack
-  TemporaryError(delay)   -> nak(delay)                       (look again later)
+  TemporaryError(delay)   -> nak(delay)                       (look again later; on the consumer's last
+                                                               allowed delivery: DLQ entry, then term())
   PermanentError, or a body that does not validate -> DLQ entry with the reason, then term()
   any other exception     -> nak with back-off; dead-lettered on its last allowed delivery
 
@@ -101,6 +102,15 @@ async def settle(bus: Bus, spec: subjects.ConsumerSpec, msg: Msg, exc: Exception
     """Nak, dead-letter or retry a message whose handling met `exc`; returns the outcome for metrics."""
     meta = msg.metadata
     dlq_id = f"{spec.stream.name}.{spec.durable}.{meta.sequence.stream}"
+    if isinstance(exc, TemporaryError) and 0 < spec.max_deliver <= meta.num_delivered:
+        # NATS would not deliver it again: kept in the DLQ with the reason instead of silently dropped.
+        log.warning("%s: still not handled after %d deliveries, dead-lettering: %s", spec.durable,
+                    meta.num_delivered, exc)
+        await bus.dead_letter(msg.subject, f"still temporary after {meta.num_delivered} deliveries (the "
+                                           f"consumer's max_deliver): {exc}", msg.data, dlq_id)
+        DEAD_LETTERS.labels(bus.service, spec.durable).inc()
+        await msg.term()
+        return "dlq"
     if isinstance(exc, TemporaryError):
         delay = exc.delay_for(meta.num_delivered)
         log.debug("%s: look again in %.1fs: %s", spec.durable, delay, exc)

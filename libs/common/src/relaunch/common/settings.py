@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, TypeVar
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,7 +17,11 @@ class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_", extra="ignore", frozen=True)
 
     nats_url: str = "nats://127.0.0.1:14222"
-    """NATS server with JetStream."""
+    """NATS server with JetStream; for a cluster, its servers' URLs separated by commas
+    (nats://n1:4222,nats://n2:4222,nats://n3:4222), tried in turn (docs/operator-guide.md, "A NATS cluster")."""
+    nats_replicas: int = Field(default=1, ge=1, le=5)
+    """Replicas of every stream and key-value bucket relaunch creates: 1 on a single server, 3 on a
+    3-server cluster (R3: a stream keeps its messages and its leader while one server is down)."""
     database_url: str = "postgresql://postgres@127.0.0.1:14432/relaunch"
     """Postgres ledger (decider writes, api reads)."""
     redis_url: str = "redis://127.0.0.1:14379/0"
@@ -50,6 +55,15 @@ class CommonSettings(BaseSettings):
     trace_file: str = ""
     """File to append one JSON line per finished span to; `{service}` in it becomes the service's name
     (e.g. /var/log/relaunch/{service}.spans.jsonl). Empty: no span file."""
+
+
+def nats_servers(url: str) -> list[str]:
+    """The server URLs of a RELAUNCH_NATS_URL (one, or several separated by commas)."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
+    if not servers:
+        raise SettingsError("RELAUNCH_NATS_URL is empty: give a NATS URL (nats://host:4222), or a cluster's "
+                            "URLs separated by commas")
+    return servers
 
 
 class ServiceSettings(BaseSettings):

@@ -35,11 +35,13 @@ async def amain() -> None:
     bus = await Bus.connect(common.nats_url, "actuator")
     slurm = slurm_adapter(common, settings.slurm_timeout_s)
     instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"
-    lease = Lease(bus.js, common.cluster, instance, settings.lease_ttl_s, settings.lease_renew_s)
+    lease = Lease(bus.js, common.cluster, instance, settings.lease_ttl_s, settings.lease_renew_s,
+                  common.nats_replicas)
     limit = ActionRateLimit(common.redis_url, common.cluster, settings.actions_per_minute, settings.actions_burst)
     observer = Observer(bus, slurm, common.cluster, settings.poll_interval_s, active=lambda: lease.is_leader,
                         history_window_s=settings.history_window_s)
-    reconciler = Reconciler(bus, slurm, settings.mode, HoldRegistry(bus.js), limit, frozenset(settings.partitions),
+    holds = HoldRegistry(bus.js, common.nats_replicas)
+    reconciler = Reconciler(bus, slurm, settings.mode, holds, limit, frozenset(settings.partitions),
                             drain_nodes=settings.drain_nodes, down_lost_nodes=settings.down_lost_nodes,
                             fence=lambda: lease.is_leader)
     log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,

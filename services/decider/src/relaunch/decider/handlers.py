@@ -35,6 +35,11 @@ WAIT_FOR_EXIT_CODE_DELIVERIES = 5
 """A failure the scheduler reported is decided only once the decider's own copy of that observation
 (with its exit code: 93 means do not restart) is in the ledger, or after this many deliveries. The
 two travel on different consumers, so either may come first."""
+WAIT_FOR_NODES_DELIVERIES = 10
+"""An anomaly from a running attempt's log or progress is attributed (which nodes to leave out) only once
+the ledger knows the attempt's nodes, or after this many deliveries (about 0.5 s apart). The observation
+that carries them travels on another consumer, and an anomaly that came first would otherwise be
+attributed against no nodes and exclude none (docs/policy.md, "Attribution")."""
 
 
 class Decider:
@@ -69,6 +74,10 @@ class Decider:
             if (anomaly.source == "scheduler" and history.launch_verdict_pending(anomaly.attempt, now) is not None
                     and delivery.num_delivered < WAIT_FOR_LAUNCH_VERDICT_DELIVERIES):
                 raise TemporaryError("the actuator is still verifying this attempt's launch", delay=1.0)
+            if (anomaly.source in ("log", "progress") and anomaly.action != "stop"
+                    and delivery.num_delivered < WAIT_FOR_NODES_DELIVERIES
+                    and not await tx.attempt_nodes(anomaly.attempt)):
+                raise TemporaryError("the attempt's nodes are not in the ledger yet", delay=0.5)
             if not await tx.save_anomaly(anomaly):
                 # Already in the ledger: its decision was taken and committed with it (one transaction).
                 log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)

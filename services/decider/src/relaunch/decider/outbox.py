@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from relaunch.common.errors import TemporaryError
 from relaunch.common.connection import Bus
 from relaunch.common.lanes import KeyedLanes
 from relaunch.common.periodic import every, warn_on
@@ -49,6 +50,9 @@ class OutboxPublisher:
             async with asyncio.TaskGroup() as group:
                 for row in rows:  # turns taken in commit order
                     group.create_task(publish(row, lanes.turn(row["subject"])))
+        except* TemporaryError as failed:  # said once, with what NATS said (the rows are sent again)
+            first = failed.exceptions[0]
+            raise TemporaryError(f"{len(failed.exceptions)} of {len(rows)} not published: {first}") from first
         finally:  # what was sent is marked even when another lane failed (the rest is sent again)
             if sent:
                 await self.ledger.mark_published_many(sent)

@@ -24,9 +24,11 @@ The watchdog releases only jobs in this registry, and only when their entry went
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import nats.errors
@@ -35,6 +37,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from relaunch.common.errors import TemporaryError
 from relaunch.common.periodic import every
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,9 @@ async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
 
 class Lease:
     def __init__(self, js: JetStreamContext, cluster: str, instance: str, ttl_s: float = 6.0,
-                 renew_s: float = 2.0) -> None:
+                 renew_s: float = 2.0, replicas: int = 1) -> None:
         self.js, self.key, self.instance = js, f"actuator.{cluster}", instance
+        self.replicas = replicas
         self.ttl_s, self.renew_s = ttl_s, renew_s
         self._revision: int | None = None
         self._kv: KeyValue | None = None
@@ -88,7 +92,7 @@ class Lease:
 
     async def run(self, stop: asyncio.Event) -> None:
         self._kv = await _bucket(self.js, KeyValueConfig(bucket=LEASE_BUCKET, ttl=self.ttl_s, history=1,
-                                                         storage=StorageType.FILE))
+                                                         storage=StorageType.FILE, replicas=self.replicas))
         await every(self.renew_s, self.tick, stop)
         if self.is_leader:  # step down at once so a standby need not wait for the TTL
             try:
@@ -110,13 +114,16 @@ class Lease:
                 self._revision = await self._kv.create(self.key, value)
                 log.info("actuator %s is now the leader for %s", self.instance, self.key)
             self._valid_until = sent + self.ttl_s - FENCE_MARGIN_S
-        except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError) as exc:
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
             if self._revision is not None:
                 log.warning("actuator %s lost the lease %s: %s", self.instance, self.key, exc)
             self._revision = None
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, TimeoutError) as exc:
-            log.warning("lease %s: NATS unavailable (%s); acting as standby", self.key, exc)
-            self._revision = None
+        except (nats.errors.Error, TimeoutError) as exc:
+            # NATS unreachable, or a cluster's bucket without a leader for a moment (no response, 503):
+            # standby at once, but the revision is kept, so that the next renewal that gets through
+            # takes the lease on at once if nobody else took it meanwhile (wrong last sequence if one did).
+            log.warning("lease %s: NATS unavailable (%s: %s); acting as standby", self.key, type(exc).__name__, exc)
+            self._valid_until = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,22 +135,38 @@ class Hold:
     touched_at: float
 
 
+@contextlib.asynccontextmanager
+async def _nats_away_is_temporary(what: str) -> AsyncIterator[None]:
+    """NATS unreachable, or a cluster's bucket without a leader for a moment: a TemporaryError (the
+    reconcile pass is retried with back-off), not a handler failure."""
+    try:
+        yield
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise TemporaryError(f"hold registry: cannot {what}: {type(exc).__name__}: {exc}", delay=0.5,
+                             backoff=True) from exc
+
+
 class HoldRegistry:
-    def __init__(self, js: JetStreamContext) -> None:
-        self.js = js
+    def __init__(self, js: JetStreamContext, replicas: int = 1) -> None:
+        self.js, self.replicas = js, replicas
         self._kv: KeyValue | None = None
 
     async def kv(self) -> KeyValue:
         if self._kv is None:
             self._kv = await _bucket(self.js, KeyValueConfig(bucket=HOLDS_BUCKET, history=1,
-                                                             storage=StorageType.FILE))
+                                                             storage=StorageType.FILE, replicas=self.replicas))
         return self._kv
 
     async def record(self, cluster: str, job_id: str, generation: int, attempt: int) -> None:
         hold = {"generation": generation, "attempt": attempt, "touched_at": time.time()}
-        await (await self.kv()).put(f"{cluster}.{job_id}", json.dumps(hold).encode())
+        async with _nats_away_is_temporary(f"record the hold of {job_id}"):
+            await (await self.kv()).put(f"{cluster}.{job_id}", json.dumps(hold).encode())
 
     async def touch(self, cluster: str, job_id: str) -> None:
+        async with _nats_away_is_temporary(f"touch the hold of {job_id}"):
+            await self._touch(cluster, job_id)
+
+    async def _touch(self, cluster: str, job_id: str) -> None:
         kv = await self.kv()
         try:
             entry = await kv.get(f"{cluster}.{job_id}")
@@ -157,12 +180,17 @@ class HoldRegistry:
             pass  # the watchdog or another pass changed it meanwhile: next pass touches again
 
     async def forget(self, cluster: str, job_id: str) -> None:
-        try:
-            await (await self.kv()).purge(f"{cluster}.{job_id}")
-        except nats.js.errors.KeyNotFoundError:
-            pass
+        async with _nats_away_is_temporary(f"forget the hold of {job_id}"):
+            try:
+                await (await self.kv()).purge(f"{cluster}.{job_id}")
+            except nats.js.errors.KeyNotFoundError:
+                pass
 
     async def all(self) -> list[Hold]:
+        async with _nats_away_is_temporary("list the holds"):
+            return await self._all()
+
+    async def _all(self) -> list[Hold]:
         kv = await self.kv()
         try:
             keys = await kv.keys()

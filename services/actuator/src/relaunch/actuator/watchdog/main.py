@@ -25,7 +25,8 @@ async def amain() -> None:
     setup_logging("watchdog", common.log_level)
     setup_tracing("watchdog", common.otlp_endpoint, common.trace_file)
     bus = await Bus.connect(common.nats_url, "watchdog")
-    watchdog = Watchdog(bus, slurm_adapter(common), HoldRegistry(bus.js), settings.mode, settings.bound_s)
+    holds = HoldRegistry(bus.js, common.nats_replicas)
+    watchdog = Watchdog(bus, slurm_adapter(common), holds, settings.mode, settings.bound_s)
     log.info("watchdog starting in %s mode, bound %.0f s", settings.mode, settings.bound_s)
     await run_service("watchdog", settings.health_port, {"nats": lambda: bus.connected},
                       lambda stop: [watchdog.run(stop, settings.interval_s)], bus.close,

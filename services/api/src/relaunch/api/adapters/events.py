@@ -176,7 +176,7 @@ class BusEvents:
         try:
             await self._ready().publish(subject, model, msg_id=msg_id)
             return True
-        except (EventsUnavailable, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+        except (EventsUnavailable, TemporaryError, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
             log.warning("could not publish %s: %s", subject, exc)
             return False
 
