@@ -5,8 +5,10 @@ same for one consumer at a time, with a switch for a standby (the actuator witho
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
+import nats.errors
 from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 
@@ -16,6 +18,8 @@ from .ingest import ensure_durable
 from .outcomes import Delivery, M, delivery_of
 from .periodic import every
 from .schemas import Message, dump
+
+log = logging.getLogger(__name__)
 
 
 def delivery(msg: NatsMessage) -> Delivery:
@@ -95,8 +99,17 @@ async def consume(bus: Bus, consumer: consumers.Consumer, handler: Callable[[M, 
                 await sub.stop()
             running = False
 
+    def unavailable(exc: Exception) -> float | None:
+        # Starting a subscriber asks NATS for the consumer's info: NATS unreachable, or a cluster's
+        # stream without a leader for a moment, makes it time out. Tried again at the next pass.
+        if isinstance(exc, (nats.errors.Error, TimeoutError, OSError)):
+            log.warning("%s: cannot start the subscriber yet (%s: %s); trying again", consumer.spec.durable,
+                        type(exc).__name__, exc)
+            return 1.0
+        raise exc
+
     try:
-        await every(0.2, follow_active, stop)
+        await every(0.2, follow_active, stop, on_error=unavailable)
     finally:
         if running:
             for sub in subs:
