@@ -11,7 +11,9 @@ SLURM ?=
 SLURM_API ?=
 # NATS as one server (the default) or a 3-server cluster with every stream R3: make up NATS_SERVERS=3.
 NATS_SERVERS ?=
-STACK := RELAUNCH_SLURM=$(or $(SLURM),host) RELAUNCH_SLURM_API=$(SLURM_API) RELAUNCH_NATS_SERVERS=$(NATS_SERVERS)
+# Only what was asked for: an empty RELAUNCH_SLURM_API would reach the services as an invalid setting.
+STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API=$(SLURM_API)) \
+	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
 .PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load reliability fixtures

@@ -55,6 +55,7 @@ SLURM_BIN=$RUN/slurm/bin
 # this run folder was started with. The infrastructure starts slurmrestd when it is rest.
 SLURM_API=${RELAUNCH_SLURM_API:-$(cat "$RUN/slurm/api" 2>/dev/null || echo cli)}
 case "$SLURM_API" in cli|rest) ;; *) echo "[stack] unknown SLURM_API '$SLURM_API': use cli or rest" >&2; exit 2 ;; esac
+export RELAUNCH_SLURM_API=$SLURM_API  # resolved (an empty one would reach every service as an invalid setting)
 JWT_KEY=$RUN/slurm/jwt/jwt_hs256.key
 REST_TOKEN=$RUN/slurm/jwt/relaunch.token
 
