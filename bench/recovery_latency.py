@@ -53,12 +53,16 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "flaky-train.sh"
 
 
+STEP_SECONDS = {"value": "0.3"}
+"""flaky-train.sh's STEP_SECONDS (--step-seconds): its first attempt runs 3 steps, then crashes."""
+
+
 def submit(comment: str, tag: str) -> tuple[str, Path]:
     out_dir = Path(os.environ.get("RELAUNCH_RUN_DIR", REPO / ".run")) / "jobs" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(["sbatch", "--parsable", f"--comment={comment}", "--open-mode=append",
                           "-J", f"bench-{tag}", "-o", str(out_dir / "%x-%j.out"), str(SCRIPT)],
-                         check=True, capture_output=True, text=True, env={**os.environ, "STEP_SECONDS": "0.3"})
+                         check=True, capture_output=True, text=True, env={**os.environ, "STEP_SECONDS": STEP_SECONDS["value"]})
     job = out.stdout.strip().split(";")[0]
     return job, out_dir / f"bench-{tag}-{job}.out"
 
@@ -166,7 +170,10 @@ def main() -> None:
     ap.add_argument("--adapters", default="", help="e.g. cli,rest: each Slurm adapter side by side (see above)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--settle", type=float, default=20.0, help="seconds to wait after switching adapters")
+    ap.add_argument("--step-seconds", default="0.3",
+                    help="pace of flaky-train.sh: its first attempt runs 3 steps, then crashes")
     args = ap.parse_args()
+    STEP_SECONDS["value"] = args.step_seconds
     ready = threading.Event()
     threading.Thread(target=follow_advice, args=(ready,), daemon=True).start()
     ready.wait(10)

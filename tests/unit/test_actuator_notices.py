@@ -81,7 +81,7 @@ async def test_a_refused_launch_is_requeued_and_audited_under_a_key_the_decider_
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
                     issued_at=NOW, expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30))
     caplog.set_level(logging.WARNING, logger="relaunch.actuator.handlers")
-    with pytest.raises(TemporaryError, match="step taken"):  # then the Advice is looked at again
+    with pytest.raises(TemporaryError, match="requeuehold taken; verifying"):  # taken once, then looked at again
         await handle_advice(Reconciler(bus, slurm, "act", RecordingHolds(), None), advice, None)
     assert slurm.steps == [("scontrol", "requeuehold", "7")]  # the command the plan carries
     audits = [(p.body, p.msg_id) for p in streams.messages if isinstance(p.body, AuditEntry)]

@@ -8,6 +8,7 @@ TemporaryError, which the outcome middleware naks with that delay.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import datetime as dt
@@ -50,6 +51,10 @@ class Outcome:
     done: bool
     detail: str = ""
     again_s: float = 0.0
+    step: str | None = None
+    """The step this pass took, if it took one."""
+    inline: bool = True
+    """Whether the delivery may go on with another pass (False: nak, and look again on a redelivery)."""
 
 
 DONE = Outcome(done=True)
@@ -88,7 +93,10 @@ class Reconciler:
         except ValueError:
             return advice.generation
 
-    async def handle(self, advice: Advice, delivery: Delivery) -> Outcome:
+    async def handle(self, advice: Advice, delivery: Delivery, just_took: str | None = None) -> Outcome:
+        """One pass: observe, plan, take at most one step. `just_took`: the step this delivery took last;
+        planned again at once, it is not taken twice in a row (Slurm has not shown its effect yet): the
+        pass says look again instead."""
         observed = await self.slurm.observe(advice.job_id)
         newest = await self.newest_generation(advice)
         drains = await self._drains_to_do(advice) + await self._downs_to_do(advice, observed)
@@ -110,6 +118,8 @@ class Reconciler:
             log.warning("advice %s/%s gen %d: not the leader any more; %s left to the leader", advice.cluster,
                         advice.job_id, advice.generation, p.step)
             return again("not the leader any more", 1.0)
+        if p.step is not None and p.step == just_took:
+            return Outcome(False, f"{p.step} taken; verifying", VERIFY_AGAIN_S, inline=False)
         await self._notice(advice, p)
         return await self._take_step(advice, p, observed)
 
@@ -175,7 +185,7 @@ class Reconciler:
         assert p.step is not None and p.argv
         if p.step == "drain":
             await self._drain(advice, p)
-            return again("step taken; verifying", 0.2)
+            return Outcome(False, "step taken; verifying", STEP_VERIFY_S, step=p.step)
         job = advice.job_id
         key = f"actuator.{advice.cluster}.{job}.{advice.generation}.{p.step}.{observed.restarts}"
         if p.step in DISRUPTIVE:
@@ -206,7 +216,7 @@ class Reconciler:
         status = ReconcileStatus(cluster=advice.cluster, job_id=job, generation=advice.generation,
                                  status="PENDING", reason=p.reason, step=p.step, detail=p.detail, at=utcnow())
         await self.bus.publish(subjects.event_reconcile(advice.cluster, job), status, msg_id=key + ".status")
-        return again("step taken; verifying", 0.2)
+        return Outcome(False, "step taken; verifying", STEP_VERIFY_S, step=p.step)
 
     async def _refused(self, advice: Advice, p: Plan, key: str, refusal_key: tuple[str, str, int, str],
                        exc: TemporaryError) -> None:
@@ -249,8 +259,26 @@ DISRUPTIVE = frozenset({"requeuehold", "cancel"})
 """Steps that stop a running job: these draw from the cluster-wide rate limit."""
 
 
+STEP_VERIFY_S = 0.02
+"""After a step, how soon the next pass observes Slurm again (its commands answer once slurmctld applied them)."""
+VERIFY_AGAIN_S = 0.2
+"""A step planned again right after it was taken: looked at again this much later, on a redelivery."""
+STEPS_PER_DELIVERY = 6
+"""Passes one delivery of an Advice may chain, each right after a step (docs/architecture.md, "Reconcile")."""
+
+
 async def handle_advice(reconciler: Reconciler, advice: Advice, delivery: Delivery) -> None:
-    """The Advice consumer: ack once the pass is done; nak with the pass's delay to look again."""
-    outcome = await reconciler.handle(advice, delivery)
-    if not outcome.done:
-        raise TemporaryError(outcome.detail, delay=outcome.again_s)
+    """The Advice consumer. A pass that took a step is followed at once by another in the same delivery
+    (requeuehold, release and StartTime=now follow each other without a redelivery between them; each
+    pass observes Slurm first, so a crash between two passes loses nothing). A pass that waits naks with
+    its delay, so that no delivery holds the consumer while Slurm gets on; ack once a pass is done."""
+    last: str | None = None
+    for _ in range(STEPS_PER_DELIVERY):
+        outcome = await reconciler.handle(advice, delivery, just_took=last)
+        if outcome.done:
+            return
+        if outcome.step is None or not outcome.inline:
+            break
+        last = outcome.step
+        await asyncio.sleep(outcome.again_s)
+    raise TemporaryError(outcome.detail, delay=outcome.again_s)
