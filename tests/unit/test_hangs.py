@@ -239,3 +239,30 @@ def test_deadline_is_the_time_verdict_declares_the_hang(events, floor, warmup, c
         assert due == _deadline(state, policy)[0]
         assert verdict(state, policy, due) is not None
         assert verdict(state, policy, due - 1e-3 * max(1.0, abs(due) * 1e-9)) is None
+
+
+def test_lines_read_in_one_batch_learn_the_pace_from_the_step_time_they_print():
+    """A detector that starts again reads what the job printed meanwhile in one batch: every line shares
+    one `now`, so no gap teaches an interval. Lines that print their own step time (Megatron, bars) teach
+    it instead (times the steps each line advanced), so the hang timeout is calibrated at once, not the
+    30-minute warm-up allowance."""
+    at = T0 + 100
+    state = new_state(T0)
+    for step in range(10, 110, 10):  # logged every 10 steps, 2 s per step
+        state = observe_progress(state, step, at, printed_s=2.0)
+    assert state.intervals == (20.0,) * 9
+    timeout, why = timeout_s(state, POLICY)
+    assert timeout < 120 and "warm-up" not in why
+    flagged = first_flag(state, POLICY, at)
+    assert flagged is not None and flagged - at <= timeout + 1
+
+    # Without a printed time the batch teaches nothing (as before): the warm-up allowance stands.
+    plain = new_state(T0)
+    for step in range(10, 110, 10):
+        plain = observe_progress(plain, step, at)
+    assert plain.intervals == () and timeout_s(plain, POLICY)[0] == POLICY.warmup_s
+    # A printed time never replaces a real gap, and a NaN or zero one is ignored.
+    real = observe_progress(observe_progress(new_state(T0), 1, T0 + 1, printed_s=9.0), 2, T0 + 3, printed_s=9.0)
+    assert real.intervals == (2.0,)
+    odd = observe_progress(observe_progress(new_state(T0), 1, at, printed_s=float("nan")), 2, at, printed_s=0.0)
+    assert odd.intervals == ()

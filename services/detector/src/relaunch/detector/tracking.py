@@ -385,7 +385,7 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
         elif isinstance(mark, OverflowMark):  # a step skipped for fp16 overflow: training is running
             hang = hangs.observe_progress(hang, None, at, keep=hang_keep)
         else:
-            hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep)
+            hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep, printed_s=mark.step_time_s)
             if mark.total and mark.step is not None and mark.step >= mark.total:
                 # The training loop is over (step N of N): the final save, evaluation and teardown that
                 # follow have no step rhythm, so they get the checkpoint-save allowance, not the step timeout.

@@ -147,9 +147,14 @@ def new_state(now: float | dt.datetime) -> HangState:
 
 
 def observe_progress(state: HangState, step: int | None, now: float | dt.datetime,
-                     keep: int = MAX_WINDOW) -> HangState:
+                     keep: int = MAX_WINDOW, printed_s: float | None = None) -> HangState:
     """A progress line (or client progress event) at `now`; `step` None means progress of unknown size.
-    Only the newest `keep` intervals are kept (HangPolicy.window: what the verdict reads)."""
+    Only the newest `keep` intervals are kept (HangPolicy.window: what the verdict reads).
+    `printed_s`: the time per step the line itself prints (Megatron's elapsed time per iteration, a
+    bar's s/it), if any. Lines read in one batch (a detector or follower that starts again and reads
+    what the job printed meanwhile) share one `now`, so their gaps say nothing; the printed time, times
+    the steps the line advanced, stands in for the gap, and the job's pace is known at once instead of
+    after the warm-up allowance."""
     now = seconds(now)
     if step is not None and step == state.last_step:
         return state  # the same step from another rank, or printed twice
@@ -164,6 +169,10 @@ def observe_progress(state: HangState, step: int | None, now: float | dt.datetim
     if learn:
         # (to the microsecond: the state is stored for every report, and 17-digit floats double its size)
         intervals = (intervals + (round(now - state.progress_at, 6),))[-max(1, min(keep, MAX_WINDOW)):]
+    elif (printed_s is not None and 0 < printed_s < math.inf and not backwards and new_high
+          and state.progress_at is not None and not state.gap_has_save and now <= state.progress_at):
+        steps = step - state.high_step if step is not None and state.high_step is not None else 1
+        intervals = (intervals + (round(printed_s * max(1, steps), 6),))[-max(1, min(keep, MAX_WINDOW)):]
     save_started_at, longest, ended = state.save_started_at, state.longest_save_s, state.save_ended_at
     if save_started_at is not None and not backwards:
         # Training moved on: the save is over even if no end line came (HF prints none; async saves
