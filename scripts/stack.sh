@@ -38,6 +38,10 @@ CTLD_PORT=$((B + 817)); SLURMD_PORT=$((B + 818)); NODE_PORT0=$((B + 900)); API_P
 MARIADB_PORT=$((B + 306)); DBD_PORT=$((B + 819)); REST_PORT=$((B + 820))
 # How long slurmctld keeps a finished job (then only sacct knows it); Slurm's default is 300 s.
 MIN_JOB_AGE=${RELAUNCH_SLURM_MIN_JOB_AGE:-300}
+# SchedulerParameters of the cluster; empty (the default): Slurm's own. The test stacks set
+# batch_sched_delay=1 (docs/operator-guide.md, "Faster restarts"), so that jobs start and restart within a
+# second of being ready instead of waiting up to 3 s for Slurm's next scheduling pass.
+SCHED_PARAMS=${RELAUNCH_SLURM_SCHEDULER_PARAMETERS:-}
 HEALTH_DETECTOR=$((B + 91)); HEALTH_DECIDER=$((B + 92)); HEALTH_ACTUATOR=$((B + 93)); HEALTH_PROBE0=$((B + 93))
 HEALTH_WATCHDOG=$((B + 98)); HEALTH_NOTIFIER=$((B + 99))
 NODES=(node1 node2 node3 node4)
@@ -371,6 +375,7 @@ $acct
 JobCompType=jobcomp/filetxt
 JobCompLoc=$S/log/jobcomp.txt
 SchedulerType=sched/backfill
+${SCHED_PARAMS:+SchedulerParameters=$SCHED_PARAMS}
 ReturnToService=2
 MpiDefault=none
 SlurmdParameters=config_overrides
