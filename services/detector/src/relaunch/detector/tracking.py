@@ -173,7 +173,10 @@ class ProgressTracker:
             if current is None or current[0] != attempt:
                 continue
             _, hang, strag = current
-            encoded = orjson.dumps(_record(attempt, hang, strag, div))
+            # A copy of the state's own length at once: orjson's result keeps the 16-32 KB buffer it wrote
+            # into, and a batch's states (three batches in flight) held until their save made that many
+            # more megabytes of heap, which the states cached meanwhile then kept from being returned.
+            encoded = b"" + memoryview(orjson.dumps(_record(attempt, hang, strag, div)))
             saves.append((job_id, encoded, hangs.deadline(hang, hang_policy), not info.get("progress_seen")))
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
