@@ -37,5 +37,5 @@ class DetectorSettings(ServiceSettings):
     straggler_fraction: float = 0.2
     """Throughput this far below the job's own baseline, sustained, makes a straggler."""
     state_cache_jobs: int = 20_000
-    """Jobs whose progress state this replica keeps decoded in memory (about 10 KB each), so that a
-    report does not read and decode the state from Redis again; 0 turns the cache off."""
+    """Jobs whose progress state this replica keeps in memory (as stored, about 2 KB each at full size),
+    so that a report does not read the state from Redis again; 0 turns the cache off."""

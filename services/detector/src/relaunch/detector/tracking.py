@@ -89,9 +89,9 @@ class ProgressTracker:
         # now (epoch s) -> the time up to which every progress signal has been read (ingest.handled_until);
         # None: assume no backlog (tests that feed the tracker directly).
         self.handled_until = handled_until
-        # job -> the state (JSON) this replica last wrote (see statecache). The encoded state, not the
-        # objects: 10,000 jobs' objects lie all over memory, and walking them (to encode, to sort the
-        # intervals) cost seven times more than decoding 2 KB that lie together.
+        # job -> the state this replica last wrote, as stored ('<token> <JSON>', see statecache). The
+        # encoded state, not the objects: 10,000 jobs' objects lie all over memory, and walking them (to
+        # encode, to sort the intervals) cost seven times more than decoding 2 KB that lie together.
         self.cache: StateCache[bytes] = StateCache(cache_jobs)
         self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
         self._lanes = KeyedLanes()
@@ -142,7 +142,11 @@ class ProgressTracker:
                 for i in indexes:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
-            raw = orjson.loads(held[job_id][1]) if data is HELD else data
+            if data is HELD:  # the value this replica stored: '<token> <JSON>'
+                token, stored = held[job_id]
+                raw = orjson.loads(memoryview(stored)[len(token) + 1:])
+            else:
+                raw = data
             current = _current(raw, own=data is HELD)
             attempt = int(info["attempt"])
             div = _divergence_of(raw, attempt)
@@ -169,15 +173,18 @@ class ProgressTracker:
             if current is None or current[0] != attempt:
                 continue
             _, hang, strag = current
-            encoded = orjson.dumps(_record(attempt, hang, strag, div))
+            # A copy of the state's own length at once: orjson's result keeps the 16-32 KB buffer it wrote
+            # into, and a batch's states (three batches in flight) held until their save made that many
+            # more megabytes of heap, which the states cached meanwhile then kept from being returned.
+            encoded = b"" + memoryview(orjson.dumps(_record(attempt, hang, strag, div)))
             saves.append((job_id, encoded, hangs.deadline(hang, hang_policy), not info.get("progress_seen")))
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
             if diverged is not None:
                 divergences.append((job_id, attempt, diverged, indexes))
-        tokens = await self.state.save_progress_many(self.cluster, saves)
-        for (job_id, encoded, *_), token in zip(saves, tokens):
-            self.cache.put(job_id, token, encoded)
+        written = await self.state.save_progress_many(self.cluster, saves)
+        for (job_id, *_), (token, stored) in zip(saves, written):
+            self.cache.put(job_id, token, stored)
         for job_id, attempt, (verdict, at), indexes in found:
             try:
                 await self._straggler(job_id, attempt, verdict, await self.state.job(self.cluster, job_id), at)

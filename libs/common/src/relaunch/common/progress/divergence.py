@@ -16,7 +16,7 @@ Detection is within `nonfinite_reports` (3) logged steps of the first bad value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .parsing import OverflowMark, ProgressPoint
@@ -89,18 +89,18 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
         state = _steps(state, "s", policy)
         if state.collapsed is None:
             if mark.at_minimum:
-                state = replace(state, collapsed="the fp16 loss scaler reports it is already at its minimum "
+                state = _replace(state, collapsed="the fp16 loss scaler reports it is already at its minimum "
                                                  "and cannot lower the loss scale any further")
             elif mark.new_scale is not None and mark.new_scale <= policy.min_loss_scale:
-                state = replace(state, collapsed=f"an fp16 overflow lowered the loss scale to {mark.new_scale:g}")
-        return replace(state, last_scale=mark.new_scale if mark.new_scale is not None else state.last_scale)
+                state = _replace(state, collapsed=f"an fp16 overflow lowered the loss scale to {mark.new_scale:g}")
+        return _replace(state, last_scale=mark.new_scale if mark.new_scale is not None else state.last_scale)
     health = mark.health
     step = mark.step if mark.step is not None else state.last_step
     if mark.step is not None and state.last_step is not None and mark.step < state.last_step:
-        state = replace(state, last_step=mark.step)  # a restart from a checkpoint or a new counter: not a step
+        state = _replace(state, last_step=mark.step)  # a restart from a checkpoint or a new counter: not a step
     if health is None:
         if mark.step is not None and (state.last_step is None or mark.step > state.last_step):
-            state = replace(_steps(state, "." * min(mark.step - (state.last_step or mark.step - 1), policy.storm_window),
+            state = _replace(_steps(state, "." * min(mark.step - (state.last_step or mark.step - 1), policy.storm_window),
                                    policy), last_step=mark.step)
         return state
     # skipped steps: Megatron's per log interval, DeepSpeed's running total
@@ -108,11 +108,11 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
     if health.skipped_total is not None:
         if state.skipped_total is not None and health.skipped_total >= state.skipped_total:
             skipped = health.skipped_total - state.skipped_total
-        state = replace(state, skipped_total=health.skipped_total)
+        state = _replace(state, skipped_total=health.skipped_total)
     advanced = 0
     if mark.step is not None and (state.last_step is None or mark.step > state.last_step):
         advanced = mark.step - state.last_step if state.last_step is not None else 1
-        state = replace(state, last_step=mark.step)
+        state = _replace(state, last_step=mark.step)
     if advanced:
         skips = min(skipped or 0, advanced)
         state = _steps(state, "." * min(advanced - skips, policy.storm_window) + "s" * min(skips, policy.storm_window),
@@ -121,17 +121,28 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
         previous = state.last_scale
         if (state.collapsed is None and previous is not None and previous > policy.min_loss_scale
                 and health.loss_scale <= policy.min_loss_scale and (skipped or 0) > 0):
-            state = replace(state, collapsed=f"the loss scale fell from {previous:g} to {health.loss_scale:g} "
+            state = _replace(state, collapsed=f"the loss scale fell from {previous:g} to {health.loss_scale:g} "
                                              f"while steps were being skipped")
-        state = replace(state, last_scale=health.loss_scale)
+        state = _replace(state, last_scale=health.loss_scale)
     what = health.non_finite()
     if what is None:
         if health.loss is not None or health.grad_norm is not None:
-            state = replace(state, bad_run=0, first_bad_step=None, bad_what=None)
+            state = _replace(state, bad_run=0, first_bad_step=None, bad_what=None)
         return state
     if state.bad_run == 0:
-        return replace(state, bad_run=1, first_bad_step=step, bad_what=what)
-    return replace(state, bad_run=state.bad_run + 1)
+        return _replace(state, bad_run=1, first_bad_step=step, bad_what=what)
+    return _replace(state, bad_run=state.bad_run + 1)
+
+
+def _replace(state: DivergenceState, **changes: Any) -> DivergenceState:
+    """dataclasses.replace without its per-field work: observe runs for every progress report of every
+    job, and replace made it a quarter of the detector's progress tracking. (DivergenceState has no
+    __post_init__ to skip.)"""
+    new = object.__new__(DivergenceState)
+    fields = new.__dict__
+    fields.update(state.__dict__)
+    fields.update(changes)
+    return new
 
 
 def _steps(state: DivergenceState, marks: str, policy: DivergencePolicy) -> DivergenceState:
@@ -143,7 +154,7 @@ def _steps(state: DivergenceState, marks: str, policy: DivergencePolicy) -> Dive
             return state  # the scaler's start-up search: not counted
         marks = marks[marks.index("."):]
         calibrated = True
-    return replace(state, calibrated=calibrated, recent=(state.recent + marks)[-policy.storm_window:])
+    return _replace(state, calibrated=calibrated, recent=(state.recent + marks)[-policy.storm_window:])
 
 
 def verdict(state: DivergenceState, policy: DivergencePolicy = DivergencePolicy()) -> Divergence | None:

@@ -1,6 +1,6 @@
-"""The progress states this detector replica wrote last, decoded, so that the next report of the same
-job need not read and decode its state from Redis again (at 10,000 jobs reporting every second,
-decoding each job's state for each report was most of the detector's work).
+"""The progress states this detector replica wrote last, as it stored them, so that the next report of
+the same job need not read its state from Redis again and decode it with checks (at 10,000 jobs
+reporting every second, that was most of the detector's work).
 
 Redis stays the truth: an entry is used only while Redis still holds the very write it came from
 (HotState's write tokens), so another replica's write, a lost Redis or a restarted attempt are never
