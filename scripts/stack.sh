@@ -559,53 +559,39 @@ use_topology() {
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge || die "could not create bridge $BRIDGE"
   [[ "$(ip -o -4 addr show dev "$BRIDGE")" == *" $HOSTNET.1/"* ]] || ip addr add "$HOSTNET.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  local n ns v
-  for n in "${NODES[@]}"; do
-    ns=$(ns_of "$n"); v=$(veth_of "$n")
-    [ -e "/run/netns/$ns" ] || ip netns add "$ns" || die "could not create network namespace $ns"
-    # A link left from an earlier namespace of that name (one another mount namespace kept alive) is
-    # not this one's: made again.
-    if ip link show "$v" >/dev/null 2>&1 && ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then ip link del "$v"; fi
-    if ! ip link show "$v" >/dev/null 2>&1; then
-      ip link add "$v" type veth peer name eth0 netns "$ns" || die "could not create veth $v for $n"
-      ip link set "$v" master "$BRIDGE"
-    fi
-    [[ "$(ip -n "$ns" -o -4 addr show dev eth0)" == *" $(node_addr "$n")/"* ]] || ip -n "$ns" addr add "$(node_addr "$n")/24" dev eth0
-    ip -n "$ns" link set lo up; ip -n "$ns" link set eth0 up; ip link set "$v" up
-  done
+  local n i
+  for n in "${NODES[@]}"; do make_host "$(ns_of "$n")" "$(veth_of "$n")" "$(node_addr "$n")"; done
   nats_in_ns || return 0
-  local i
-  for i in $(nats_ids); do  # each NATS server of the cluster on a host of its own
-    ns=$(nats_ns "$i"); v=$(nats_veth "$i")
-    [ -e "/run/netns/$ns" ] || ip netns add "$ns" || die "could not create network namespace $ns"
-    if ip link show "$v" >/dev/null 2>&1 && ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then ip link del "$v"; fi
-    if ! ip link show "$v" >/dev/null 2>&1; then
-      ip link add "$v" type veth peer name eth0 netns "$ns" || die "could not create veth $v for NATS server $i"
-      ip link set "$v" master "$BRIDGE"
-    fi
-    [[ "$(ip -n "$ns" -o -4 addr show dev eth0)" == *" $(nats_addr "$i")/"* ]] || ip -n "$ns" addr add "$(nats_addr "$i")/24" dev eth0
-    ip -n "$ns" link set lo up; ip -n "$ns" link set eth0 up; ip link set "$v" up
-  done
+  for i in $(nats_ids); do make_host "$(nats_ns "$i")" "$(nats_veth "$i")" "$(nats_addr "$i")"; done  # a NATS server each
+}
+
+make_host() {  # namespace veth address: a host of its own on the stack's bridge (idempotent)
+  local ns=$1 v=$2 addr=$3
+  [ -e "/run/netns/$ns" ] || ip netns add "$ns" || die "could not create network namespace $ns"
+  # A link left from an earlier namespace of that name (one another mount namespace kept alive) is
+  # not this one's: made again.
+  if ip link show "$v" >/dev/null 2>&1 && ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then ip link del "$v"; fi
+  if ! ip link show "$v" >/dev/null 2>&1; then
+    ip link add "$v" type veth peer name eth0 netns "$ns" || die "could not create veth $v for $ns"
+    ip link set "$v" master "$BRIDGE"
+  fi
+  [[ "$(ip -n "$ns" -o -4 addr show dev eth0)" == *" $addr/"* ]] || ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set lo up; ip -n "$ns" link set eth0 up; ip link set "$v" up
+}
+
+remove_host() {  # namespace veth: what make_host made, its processes killed first
+  local ns=$1 v=$2 pid
+  [ -e "/run/netns/$ns" ] || return 0
+  for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
+  ip link del "$v" 2>/dev/null || true  # both ends, even if something keeps the namespace
+  ip netns del "$ns" 2>/dev/null || true
 }
 
 topology_down() {  # after every process is stopped: remove what use_topology made
   [ "$(cat "$RUN/topology" 2>/dev/null || echo local)" = hosts ] || return 0
-  local n ns pid
-  for n in "${NODES[@]}"; do
-    ns=$(ns_of "$n")
-    [ -e "/run/netns/$ns" ] || continue
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
-    ip link del "$(veth_of "$n")" 2>/dev/null || true  # both ends, even if something keeps the namespace
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  local i
-  for i in 1 2 3; do
-    ns=$(nats_ns "$i")
-    [ -e "/run/netns/$ns" ] || continue
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
-    ip link del "$(nats_veth "$i")" 2>/dev/null || true
-    ip netns del "$ns" 2>/dev/null || true
-  done
+  local n i
+  for n in "${NODES[@]}"; do remove_host "$(ns_of "$n")" "$(veth_of "$n")"; done
+  for i in 1 2 3; do remove_host "$(nats_ns "$i")" "$(nats_veth "$i")"; done
   ip link del "$BRIDGE" 2>/dev/null || true
 }
 
