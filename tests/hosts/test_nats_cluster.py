@@ -17,7 +17,6 @@ import os
 import random
 import re
 import statistics
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
