@@ -49,11 +49,13 @@ def ledger(job_id: str) -> dict:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
-def stack(env: dict, *args: str) -> None:
-    """scripts/stack.sh against the test stack (e.g. services-up starts whatever is not running)."""
+def stack(env: dict, *args: str, service_env: dict | None = None) -> None:
+    """scripts/stack.sh against the test stack (e.g. services-up starts whatever is not running);
+    `service_env` goes to the services it starts (their RELAUNCH_* settings)."""
     keep = {k: env[k] for k in ("RELAUNCH_RUN_DIR", "RELAUNCH_PORT_BASE", "RELAUNCH_CLUSTER")}
     subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], check=True, timeout=120,
-                   env={**os.environ, **keep, "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1"})
+                   env={**os.environ, **keep, "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1",
+                        **(service_env or {})})
 
 
 def kill9(env: dict, service: str) -> None:

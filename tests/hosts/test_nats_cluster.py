@@ -87,10 +87,17 @@ class Cluster:
         return seen
 
 
-def _through(job: str) -> bool:
+def _through(job: str, seen: dict[str, dict]) -> bool:
     """The job is done with: completed, or ended after its restart (not the failed first attempt, which
-    ends before relaunch requeues it)."""
-    fields = job_fields(job)
+    ends before relaunch requeues it). Its fields are kept in `seen` as they were last read: slurmctld
+    forgets a finished job MinJobAge (300 s) after it ended, and a slow run's first rounds end earlier."""
+    if job in seen and _ended(seen[job]):
+        return True
+    seen[job] = fields = job_fields(job)
+    return _ended(fields)
+
+
+def _ended(fields: dict) -> bool:
     return fields["JobState"] == "COMPLETED" or (
         fields["JobState"] in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and fields["Restarts"] != "0")
 
@@ -114,6 +121,8 @@ def test_recoveries_end_exactly_once_while_nats_servers_die(services):
     wait_until("every NATS server healthy", cluster.all_healthy, timeout=60)
     jobs: list[str] = []
     faults: list[str] = []
+    seen: dict[str, dict] = {}
+    started = time.monotonic()
     for round_ in range(ROUNDS):
         stream = STREAMS[(round_ // 2) % len(STREAMS)]
         victim = cluster.leader_of(stream) if round_ % 2 == 0 else rng.choice(sorted(cluster.monitors))
@@ -129,14 +138,17 @@ def test_recoveries_end_exactly_once_while_nats_servers_die(services):
         faults.append(f"round {round_ + 1}: n{victim} ({what}) killed {kill_after:.1f} s into the round, "
                       f"started again {down_for:.1f} s later")
         try:  # each job through: completed, or ended again after its restart (a failure, counted below)
-            wait_until(f"round {round_ + 1}'s jobs to end", lambda b=batch: all(_through(j) for j in b), timeout=120)
+            wait_until(f"round {round_ + 1}'s jobs to end", lambda b=batch: all([_through(j, seen) for j in b]),
+                       timeout=120)
         except AssertionError as exc:
-            faults.append(f"round {round_ + 1}: {exc}")
+            states = ", ".join(f"{j} {seen[j]['JobState']} Restarts={seen[j]['Restarts']}" for j in batch if j in seen)
+            faults.append(f"round {round_ + 1}: {exc} ({states})")
+        print(f"round {round_ + 1} over at {time.monotonic() - started:.0f} s", flush=True)
         wait_until("every NATS server healthy again", cluster.all_healthy, timeout=60)
 
     outcomes, recovery_s, lost = [], [], []
     for job in jobs:
-        fields = job_fields(job)
+        fields = seen[job]
         record = wait_until(f"job {job}'s converged Advice in the ledger",
                             lambda j=job: (r := ledger(j)) and r.get("advice") and r["advice"][-1]["status"]
                             in ("CONVERGED", "ABANDONED", "EXPIRED") and r, timeout=30)
