@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-restart reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -26,6 +26,7 @@ help:
 	@echo "make demo-compose  the compose demo (deploy/compose) end to end in a private Docker engine (root; cached in /var/cache/relaunch/compose)"
 	@echo "make test    the whole test suite (starts and stops its own stack under .run/test)"
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
+	@echo "make bench-restart  the same on every Slurm release, with the default batch_sched_delay and with 0 (about 25 min)"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
@@ -89,6 +90,13 @@ fixtures:
 	  bash scripts/stack.sh down >/dev/null; rm -rf $$run; bash scripts/stack.sh infra-up; \
 	  (source $$run/env && $(PY) scripts/capture_slurm_fixtures.py tests/fixtures/slurm/$$v); rc=$$?; \
 	  bash scripts/stack.sh down; [ $$rc = 0 ]; done
+
+# Failure line -> running again on every release of the matrix, with Slurm's default batch_sched_delay and
+# with batch_sched_delay=0, each beside a native requeue; one stack per release (.run/bench-restart-<v>,
+# ports 16xxx), stopped afterwards. Results in bench/results/restart-matrix.md (about 25 minutes).
+bench-restart:
+	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
+	@$(PY) bench/restart_matrix.py --releases "$(or $(SLURM),$(SLURM_RELEASES))"
 
 # On its own infrastructure (.run/bench-load, ports 15xxx), stopped afterwards: the bench starts its own
 # detector and decider (no actuator: the jobs exist only on the bus). Results in bench/results/.

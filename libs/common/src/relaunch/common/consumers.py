@@ -35,6 +35,10 @@ class Consumer:
     handlers safe to run for different jobs together); False: every message in order."""
     batch: int = 16
     """Messages asked for per pull request."""
+    fetch_timeout_s: float = 0.5
+    """How long one pull waits (FastStream consumers). nats-py's fetch returns only when `batch` messages
+    came or this passed, and FastStream fetches again only once the messages it returned are handled, so
+    a message naked for a short delay waits up to this long on top of it."""
     engine: Literal["faststream", "ingest"] = "faststream"
     """"ingest": the high-volume progress and log path, pulled by relaunch.common.ingest (measured 4x
     cheaper per message than FastStream's batch subscriber)."""
@@ -70,13 +74,19 @@ DETECTOR_NODES = Consumer("detector", subjects.DETECTOR_NODES, NodeHealth,
 DECIDER_JOBS = Consumer("decider", subjects.DECIDER_JOBS, JobObserved, "Job observations, into the ledger.",
                         per_subject=True, batch=64)
 DECIDER_ANOMALIES = Consumer("decider", subjects.DECIDER_ANOMALIES, AnomalyDetected,
-                             "Anomalies: decided under the job's policy into Advice.", per_subject=True, batch=64)
+                             "Anomalies: decided under the job's policy into Advice.", per_subject=True, batch=64,
+                             fetch_timeout_s=0.1)  # an anomaly naked to wait for its attempt's nodes: back in 0.5 s
 DECIDER_RECONCILE = Consumer("decider", subjects.DECIDER_RECONCILE, ReconcileStatus,
                              "The actuator's reconcile statuses, into the ledger.")
 DECIDER_AUDIT = Consumer("decider", subjects.DECIDER_AUDIT, AuditEntry, "Audit entries of every service, into the ledger.")
 DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-probe readings: evidence for attribution.")
+# Different jobs' Advice reconciled at once, one job's in order: jobs that fail together no longer
+# wait for each other's requeue, release and StartTime=now; and short pulls, so that an Advice naked to
+# look again in 0.1-0.3 s (a successor still COMPLETING, the credential second) is back that soon, not
+# half a second later (docs/architecture.md, "Reconcile").
 ACTUATOR_ADVICE = Consumer("actuator", subjects.ACTUATOR_ADVICE, Advice,
-                           "Advice: reconciled against Slurm, acked only at a terminal outcome.")
+                           "Advice: reconciled against Slurm, acked only at a terminal outcome.", per_subject=True,
+                           fetch_timeout_s=0.1)
 
 # The notifier pulls a batch at a time (relaunch.common.ingest): a storm arrives together and is
 # posted as one digest per route.
@@ -119,7 +129,7 @@ def subscriber(router: NatsRouter, consumer: Consumer, inbox_prefix: str = "_INB
     spec = consumer.spec
     return router.subscriber(
         spec.filter_subject, stream=JStream(spec.stream.name, declare=False), durable=spec.durable,
-        config=consumer.consumer_config(), pull_sub=PullSub(batch_size=consumer.batch, timeout=0.5),
+        config=consumer.consumer_config(), pull_sub=PullSub(batch_size=consumer.batch, timeout=consumer.fetch_timeout_s),
         # nats-py's pull subscriptions take their reply inbox from here, not from the connection: the
         # default (_INBOX.) is refused to relaunch's per-service NATS users (natsauth).
         inbox_prefix=f"{inbox_prefix}.".encode(),
