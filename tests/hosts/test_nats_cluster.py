@@ -17,6 +17,7 @@ import os
 import random
 import re
 import statistics
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -148,7 +149,10 @@ def test_recoveries_end_exactly_once_while_nats_servers_die(services):
 
     outcomes, recovery_s, lost = [], [], []
     for job in jobs:
-        fields = seen[job]
+        try:  # as Slurm has it now, while it still knows the job; else as last read
+            fields = seen[job] = job_fields(job)
+        except subprocess.CalledProcessError:
+            fields = seen[job]
         record = wait_until(f"job {job}'s converged Advice in the ledger",
                             lambda j=job: (r := ledger(j)) and r.get("advice") and r["advice"][-1]["status"]
                             in ("CONVERGED", "ABANDONED", "EXPIRED") and r, timeout=30)
