@@ -305,7 +305,12 @@ def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The 
 
 
 def main() -> None:
+    from relaunch.common.settings import NotSet
+
     try:
         app()
     except BrokenPipeError:
         sys.exit(0)
+    except NotSet as exc:  # a backend URL the command needs: say which and how, no traceback
+        err.print(f"[red]error[/red]: {escape(str(exc))}", soft_wrap=True, highlight=False)
+        sys.exit(EXIT_USAGE)

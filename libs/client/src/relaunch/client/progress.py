@@ -13,11 +13,12 @@ import datetime as dt
 import logging
 import os
 import queue
+import sys
 import threading
 
 from relaunch.common import subjects
 from relaunch.common.schemas import ProgressReported, dump
-from relaunch.common.settings import nats_servers
+from relaunch.common.settings import NotSet, nats_servers
 
 from . import settings as client_settings
 
@@ -101,22 +102,35 @@ async def _quiet(exc: Exception) -> None:
 
 _default: ProgressReporter | None = None
 _default_lock = threading.Lock()
+_unset = False
+"""RELAUNCH_NATS_URL was not set in this Slurm job: said once on stderr, then every report is a no-op."""
 
 
 def report_progress(step: int, throughput: float | None = None, step_time_s: float | None = None,
                     rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
                     loss_scale: float | None = None, skipped: bool | None = None) -> None:
-    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID).
+    """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID), and without
+    RELAUNCH_NATS_URL (said once on stderr, where the job's log shows it).
 
     `loss` and `grad_norm` (NaN and infinity allowed), `loss_scale` and `skipped` (the step was skipped
     for fp16 overflow) feed divergence detection (docs/policy.md, "Divergence")."""
-    global _default
+    global _default, _unset
     if _default is None:
+        if _unset:
+            return
         with _default_lock:
-            if _default is None:
+            if _default is None and not _unset:
                 job_id = os.environ.get("SLURM_JOB_ID")
                 if not job_id:
                     return
-                _default = ProgressReporter(client_settings.nats_url(), client_settings.job_cluster(),
-                                            job_id, node=os.environ.get("SLURMD_NODENAME"))
+                try:
+                    url = client_settings.nats_url()
+                except NotSet as exc:  # never raised into training; said once, where the job's log shows it
+                    _unset = True
+                    print(f"relaunch: progress is not reported: {exc}", file=sys.stderr, flush=True)
+                    return
+                _default = ProgressReporter(url, client_settings.job_cluster(), job_id,
+                                            node=os.environ.get("SLURMD_NODENAME"))
+        if _default is None:
+            return
     _default.report(step, throughput, step_time_s, rank, loss, grad_norm, loss_scale, skipped)

@@ -1,6 +1,7 @@
 """What the client reads from the environment: the CommonSettings every service reads
 (RELAUNCH_NATS_URL, RELAUNCH_API_URL, RELAUNCH_CLUSTER and the NATS user and TLS files), so that
-each default is written once, in relaunch.common.settings, and the CLI and the services agree on it.
+each setting is read one way, in relaunch.common.settings, and the CLI and the services agree on it.
+The URLs have no default: a command that needs one says which variable to set.
 
 Read at each use, never at import: a shell or a test may change the environment between commands,
 and `relaunch classify`, whose start-up is benchmarked, needs none of it.
@@ -22,11 +23,17 @@ def common() -> CommonSettings:
 
 
 def nats_url() -> str:
-    return common().nats_url
+    """RELAUNCH_NATS_URL; relaunch.common.settings.NotSet when it is not set (no guessed default)."""
+    from relaunch.common.settings import required_url
+
+    return required_url(common(), "nats_url")
 
 
 def api_url() -> str:
-    return common().api_url.rstrip("/")
+    """RELAUNCH_API_URL without a trailing slash; NotSet when it is not set."""
+    from relaunch.common.settings import required_url
+
+    return required_url(common(), "api_url").rstrip("/")
 
 
 def cluster(given: str | None = None) -> str:

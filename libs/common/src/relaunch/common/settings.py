@@ -16,18 +16,20 @@ class CommonSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_", extra="ignore", frozen=True)
 
-    nats_url: str = "nats://127.0.0.1:14222"
-    """NATS server with JetStream; for a cluster, its servers' URLs separated by commas
+    nats_url: str = ""
+    """Required (no default: a wrong backend must never be reached silently). NATS server with JetStream
+    (`make up` writes the local stack's, on port 14222, to .run/env); for a cluster, its servers' URLs separated by commas
     (nats://n1:4222,nats://n2:4222,nats://n3:4222), tried in turn (docs/operator-guide.md, "A NATS cluster")."""
     nats_replicas: int = Field(default=1, ge=1, le=5)
     """Replicas of every stream and key-value bucket relaunch creates: 1 on a single server, 3 on a
     3-server cluster (R3: a stream keeps its messages and its leader while one server is down)."""
-    database_url: str = "postgresql://postgres@127.0.0.1:14432/relaunch"
-    """Postgres ledger (decider writes, api reads)."""
-    redis_url: str = "redis://127.0.0.1:14379/0"
-    """Redis for the detector's hot state."""
-    api_url: str = "http://127.0.0.1:14080"
-    """Where the relaunch API listens (used by the CLI)."""
+    database_url: str = ""
+    """Required by the decider and the api: the Postgres ledger (decider writes, api reads)."""
+    redis_url: str = ""
+    """Required by the detector and the actuator: Redis for the hot state and the action rate limit."""
+    api_url: str = ""
+    """Required by the CLI's ledger commands: where the relaunch API listens (http://localhost:14080 for
+    the local stack and a head-node install)."""
     cluster: str = "local"
     """Slurm cluster name; a subject token, so letters, digits, '_' and '-' only."""
     slurm_api: Literal["cli", "rest"] = "cli"
@@ -55,6 +57,27 @@ class CommonSettings(BaseSettings):
     trace_file: str = ""
     """File to append one JSON line per finished span to; `{service}` in it becomes the service's name
     (e.g. /var/log/relaunch/{service}.spans.jsonl). Empty: no span file."""
+
+
+URL_HINTS = {
+    "nats_url": "the NATS server relaunch uses, e.g. nats://head:14222",
+    "api_url": "the relaunch API, e.g. http://localhost:14080 on a head-node install",
+    "database_url": "the Postgres ledger, e.g. postgresql://relaunch@db:5432/relaunch",
+    "redis_url": "Redis, e.g. redis://redis:6379/0",
+}
+
+
+class NotSet(ValueError):
+    """A backend URL the command needs is not set; the message names the variable and what to put in it."""
+
+
+def required_url(settings: CommonSettings, name: str) -> str:
+    """settings.<name> (a backend URL), or NotSet saying which RELAUNCH_* variable to set and how."""
+    value = getattr(settings, name).strip()
+    if not value:
+        raise NotSet(f"RELAUNCH_{name.upper()} is not set: give it {URL_HINTS[name]} "
+                     "(for the local stack: source .run/env)")
+    return value
 
 
 def nats_servers(url: str) -> list[str]:
@@ -112,9 +135,8 @@ def load_settings(cls: type[S]) -> S:
 def require_backends(common: CommonSettings, service: type[ServiceSettings]) -> None:
     """Refuse to start a service that was not told where a backend it needs is.
 
-    CommonSettings' URL defaults are the local stack's ports (scripts/stack.sh), which nothing
-    answers in a container or a pod: a service started without, say, RELAUNCH_REDIS_URL would retry
-    forever against nobody. The local stack, the tests and .run/env always set them.
+    CommonSettings' URLs have no default: a service started without, say, RELAUNCH_REDIS_URL would
+    otherwise retry forever against nobody. The local stack, the tests and .run/env always set them.
     """
     missing = [f"RELAUNCH_{name.upper()}" for name in service.backends if name not in common.model_fields_set]
     if missing:

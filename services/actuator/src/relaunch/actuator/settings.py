@@ -58,7 +58,7 @@ class SlurmRestSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RELAUNCH_SLURMRESTD_", extra="forbid", frozen=True)
 
     url: str = ""
-    """slurmrestd's base URL, e.g. http://slurm-restapi.slurm:6820 (Slinky) or http://127.0.0.1:14820."""
+    """slurmrestd's base URL, e.g. http://slurm-restapi.slurm:6820 (Slinky) or http://localhost:14820 (the local stack)."""
     token_file: str = ""
     """File holding the JWT (`scontrol token` output, or the token alone; a mounted Secret). Read again
     when it changes. A file, never the token itself: environments and command lines are visible."""
