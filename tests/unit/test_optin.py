@@ -61,7 +61,7 @@ def test_hang_and_straggler_options():
 ])
 def test_version_1_comments_are_unchanged(comment, options):
     optin = parse_comment(comment)
-    assert GRAMMAR_VERSION == 2
+    assert GRAMMAR_VERSION == 3
     assert optin.opted_in and not optin.errors and optin.options == options and optin.policy is None
 
 
@@ -117,3 +117,19 @@ def test_optin_keeps_its_v1_construction_and_accessors():
     assert optin.max_attempts == 4 and optin.get("straggler") == 0 and optin.get("exclude") == 1
     assert not optin.observe_only and optin.policy is None
     assert not OptIn(False).observe_only
+
+
+# --- grammar version 3 (docs/policy.md) -------------------------------------------------------------
+
+def test_version_3_adds_the_straggler_threshold_and_the_detector_reads_it():
+    from relaunch.common.policies.policy_file import load_policies
+    from relaunch.common.policies.policy_set import resolve
+    from relaunch.detector.domain.stragglers import StragglerPolicy, policy_with_options
+
+    optin = parse_comment("relaunch:hang_timeout=30,straggler_threshold=50")
+    assert not optin.errors and optin.options == {"hang_timeout": 30, "straggler_threshold": 50}
+    assert not resolve(optin, load_policies()).observe_only  # it sets what is slow, not what is allowed
+    assert policy_with_options(StragglerPolicy(), optin.options).fraction == pytest.approx(0.5)
+    for bad in ("4", "91", "half"):
+        words = "straggler_threshold must be an integer from 5 to 90"
+        assert words in " ".join(parse_comment(f"relaunch:straggler_threshold={bad}").errors)

@@ -164,9 +164,10 @@ def test_state_round_trips_through_json():
 
 
 def test_per_job_overrides_and_validation():
-    policy = policy_with_options(POLICY, {"straggler_fraction_pct": 10, "max_attempts": 3})
+    policy = policy_with_options(POLICY, {"straggler_threshold": 10, "max_attempts": 3})
     assert policy.fraction == pytest.approx(0.1) and policy.sustain_windows == POLICY.sustain_windows
     assert policy_with_options(POLICY, {}) is POLICY
+    assert policy_with_options(POLICY, {"straggler_threshold": 0}) is POLICY  # 0: the detector's setting
     for bad in ({"fraction": 0}, {"fraction": 1.5}, {"window_points": 0}, {"min_baseline_windows": 9},
                 {"window_points": 100}, {"rank_points": 99}):
         with pytest.raises(ValueError):

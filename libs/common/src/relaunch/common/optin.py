@@ -1,4 +1,4 @@
-"""The opt-in grammar of the Slurm job comment, version 2 (contract: docs/policy.md, "The job comment").
+"""The opt-in grammar of the Slurm job comment, version 3 (contract: docs/policy.md, "The job comment").
 
 A job takes part when its comment holds the token `relaunch`, optionally with options:
 `relaunch:key=value,key=value` (no spaces). Other text may share the comment, separated by
@@ -7,8 +7,8 @@ tighten that policy's caps (checked by the decider against the operator's policy
 module does not read). Unknown or malformed options do not opt the job out: it is tracked
 observe-only and `errors` says exactly what was wrong.
 
-Version 2 only adds options to version 1 (`max_attempts`, `hang_timeout`, `straggler`): every
-version-1 comment means the same under version 2.
+Version 2 only adds options to version 1 (`max_attempts`, `hang_timeout`, `straggler`), and version 3
+only `straggler_threshold` to version 2: every earlier comment means the same under version 3.
 
 Pure: no I/O. The comment is user-supplied text (anyone who can submit a job writes it): it is only
 ever parsed, never executed; numbers are matched as ASCII digits of bounded length (str.isdigit
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-GRAMMAR_VERSION = 2
+GRAMMAR_VERSION = 3
 TOKEN = "relaunch"
 MAX_COMMENT = 4096
 """Longer comments are cut before parsing; Slurm itself allows more, we need none of it."""
@@ -55,6 +55,9 @@ OPTIONS: dict[str, OptionSpec] = {
                                "seconds without progress before a hang, at least (0: calibrated from step times)"),
     "straggler": OptionSpec("straggler", "switch", 0, 1, 0,
                             "on: restart (without the slow node) when the job straggles; off: only report it"),
+    "straggler_threshold": OptionSpec("straggler_threshold", "int", 5, 90, 0,
+                                      "percent below the job's own throughput baseline that makes a straggler "
+                                      "(0: the detector's setting, 20 by default)"),
     "exclude": OptionSpec("exclude", "switch", 0, 1, 1,
                           "on: a restart leaves out the nodes attribution blames; off: restart on any nodes"),
     "max_exclude": OptionSpec("max_exclude", "int", 0, 64, 2,

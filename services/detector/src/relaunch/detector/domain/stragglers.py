@@ -76,17 +76,15 @@ class StragglerPolicy:
             raise ValueError(f"straggler policy needs rank_points <= {MAX_RANK_POINTS}")
 
 
-OPTION_FIELDS = {"straggler_fraction_pct": "fraction", "straggler_windows": "sustain_windows"}
-"""Per-job option names -> StragglerPolicy fields (the fraction is given in percent: options are integers)."""
+OPTION_FIELDS = {"straggler_threshold": "fraction"}
+"""Job-comment options (docs/policy.md, "The job comment") -> StragglerPolicy fields; the threshold is
+given in percent (options are integers)."""
 
 
 def policy_with_options(base: StragglerPolicy, options: Mapping[str, float]) -> StragglerPolicy:
     """`base` with the job's overrides applied; keys outside OPTION_FIELDS are left to other readers."""
-    changes: dict[str, Any] = {}
-    if "straggler_fraction_pct" in options:
-        changes["fraction"] = float(options["straggler_fraction_pct"]) / 100.0
-    if "straggler_windows" in options:
-        changes["sustain_windows"] = int(options["straggler_windows"])
+    changes = {OPTION_FIELDS[key]: float(value) / 100.0 for key, value in options.items()
+               if key in OPTION_FIELDS and value}  # 0: the detector's own setting
     return replace(base, **changes) if changes else base
 
 
