@@ -29,6 +29,8 @@ from slurmjobs import job_fields, sbatch, stack  # noqa: E402
 RESULTS_ROOT = REPO / "test-artifacts" / "reliability"
 SLURM = os.environ.get("RELAUNCH_TEST_SLURM") or "22.05"
 """The Slurm release the results are from (tests/conftest.py); each release has a folder of its own."""
+ONE_RELEASE = "22.05"
+"""Where the reliability tests that do not depend on Slurm (API fuzz, TLS, NATS permissions) run, once."""
 RESULTS = Path(os.environ.get("RELAUNCH_RELIABILITY_RESULTS") or RESULTS_ROOT / SLURM)
 DOC = REPO / "docs" / "reliability.md"
 RELEASES = ("22.05", "24.11", "26.05")

@@ -21,10 +21,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from faults import RESULTS_ROOT, SLURM
+from faults import ONE_RELEASE, RESULTS_ROOT, SLURM
 
 pytestmark = [pytest.mark.reliability,
-              pytest.mark.skipif(SLURM != "22.05", reason="the API does not depend on Slurm: fuzzed on one release")]
+              pytest.mark.skipif(SLURM != ONE_RELEASE, reason="the API does not depend on Slurm: fuzzed on one release")]
 
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 EXAMPLES = int(os.environ.get("RELAUNCH_FUZZ_EXAMPLES", "40"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from faults import ONE_RELEASE, SLURM
 from natsprivate import PrivateNats, port
 
 from relaunch.common.connection import Bus, connect_options
@@ -17,7 +18,9 @@ from relaunch.common.errors import TemporaryError
 from relaunch.common.settings import CommonSettings, SettingsError
 
 pytestmark = [pytest.mark.reliability,
-              pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")]
+              pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed"),
+              # a private NATS and the services' TLS settings: nothing here touches Slurm
+              pytest.mark.skipif(SLURM != ONE_RELEASE, reason="TLS does not depend on Slurm: checked on one release")]
 
 
 def _ca(folder, name: str) -> None:
