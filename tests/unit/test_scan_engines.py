@@ -3,6 +3,7 @@ the pure-Python scanner, on the corpus, on generated training logs and on hostil
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -132,6 +133,58 @@ def test_threads_change_nothing(tmp_path):
     make_log.write(path, 20, seed=9)
     with open(path, "rb") as one, open(path, "rb") as many:
         assert classify_stream(one, scanner, threads=1) == classify_stream(many, scanner, threads=4)
+
+
+def _without_indexes(found):
+    return None if found is None else dataclasses.replace(
+        found, evidence=tuple(dataclasses.replace(e, index=0) for e in found.evidence))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_without_line_numbers_the_verdict_and_its_evidence_are_the_same(tmp_path, threads, monkeypatch):
+    """`relaunch classify --json` skips counting lines: the evidence's index is then a position, and
+    nothing else may change, nor the order of the evidence (hostile lines, a block the engine leaves to
+    Python, the corpus)."""
+    scanner = hyperscan_scanner()
+    from relaunch.common.diagnosis import hyperscan_engine
+
+    monkeypatch.setattr(hyperscan_engine, "MAX_ENDS", 200)
+    path = tmp_path / "train.log"
+    make_log.write(path, 3, seed=4)
+    body = path.read_bytes().split(b"\n")
+    rng = random.Random(8)
+    for line in hostile_lines()[::5]:
+        body.insert(rng.randrange(len(body)), line)
+    body.insert(len(body) // 2, b"xdbe" * 2_000)  # more engine hits than MAX_ENDS: matched in Python
+    datas = [b"\n".join(body)] + [p.read_bytes() for p in CORPUS_LOGS]
+    compared = 0
+    for data in datas:
+        numbered = classify_stream(io.BytesIO(data), scanner, threads=threads)
+        positioned = classify_stream(io.BytesIO(data), scanner, threads=threads, line_numbers=False)
+        assert _without_indexes(positioned) == _without_indexes(numbered)
+        if numbered is not None:
+            compared += 1
+            assert [e.text for e in positioned.evidence] == [e.text for e in numbered.evidence]
+            assert [e.index for e in positioned.evidence] == sorted(e.index for e in positioned.evidence)
+    assert compared >= 1
+
+
+def test_positions_grow_with_the_lines_across_blocks_and_the_python_fallback(monkeypatch):
+    scanner = hyperscan_scanner()
+    from relaunch.common.diagnosis import hyperscan_engine
+
+    monkeypatch.setattr(hyperscan_engine, "MAX_ENDS", 200)
+    lines = [b"ok line %d" % i for i in range(4000)]
+    for i in range(0, 4000, 97):
+        lines[i] = b"Segmentation fault (core dumped) at %d" % i
+    lines[2000] = b"xdbe" * 2_000  # this block's engine hits run over MAX_ENDS
+    data = b"\n".join(lines) + b"\n"
+    blocks = [scanner.prepare_block(b, count_lines=False) for b in iter_byte_blocks(io.BytesIO(data), 16384)]
+    assert any(b.spans is None for b in blocks) and any(b.spans is not None for b in blocks)
+    found = list(scanner.scan_prepared(blocks, MAX_LINE_BYTES, line_numbers=False))
+    numbered = matches(scanner, data, 16384)
+    assert [m.text for m in found] == [t for _, _, t, *_ in numbered]
+    assert [m.index for m in found] == sorted(set(m.index for m in found))
 
 
 def test_the_planted_failures_of_the_bench_log_are_found(tmp_path, scanner):

@@ -38,10 +38,10 @@ def run(files: Sequence[str], as_json: bool, signatures: Sequence[str], engine: 
     for name in files:
         try:
             if name == "-":
-                found = classify_stream(_stdin_bytes(), scanner)
+                found = classify_stream(_stdin_bytes(), scanner, line_numbers=not as_json)
             else:
                 with open(name, "rb") as stream:
-                    found = classify_stream(stream, scanner)
+                    found = classify_stream(stream, scanner, line_numbers=not as_json)
         except OSError as exc:
             unreadable.append(name)
             _error(f"cannot read {name}: {exc.strerror or exc}")

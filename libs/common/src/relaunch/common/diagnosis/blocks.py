@@ -22,6 +22,9 @@ BLOCK_BYTES = 8 << 20
 REUSED_BLOCK_BYTES = 512 << 10
 """Offline reads into reused buffers: small enough that a block the engine has just searched is still in
 the CPU's cache when its lines are counted, large enough that the engine's per-call cost vanishes."""
+UNCOUNTED_BLOCK_BYTES = 2 << 20
+"""Offline reads whose lines are not counted (`relaunch classify --json`): nothing reads a block twice,
+so larger blocks only save per-block hand-offs between the reader and the scan threads."""
 
 
 def iter_text_blocks(stream: BinaryIO, block_bytes: int = MAX_READ,

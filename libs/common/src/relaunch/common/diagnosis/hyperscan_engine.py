@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -144,6 +143,8 @@ def _store(path: Path, database: hyperscan.Database) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed: two processes starting at once never read half a file.
+        import tempfile  # only when the cache is written
+
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
             tmp.write(hyperscan.dumpb(database))
         os.replace(tmp.name, path)

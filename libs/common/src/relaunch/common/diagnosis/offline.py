@@ -6,7 +6,8 @@ Speed: with a line finder (Hyperscan), the costly work on a block (the engine's 
 releases the GIL, and counting its lines) is independent of other blocks, so it runs on a few
 threads ahead of the reader while the matches are consumed in order on the caller's thread.
 Blocks are read into a ring of reused buffers (blocks.iter_reused_blocks: no fresh object or copy per
-block), 2 x threads + 3 of 512 KiB (MAX_THREADS = 4): memory stays bounded.
+block), 2 x threads + 3 of 512 KiB (2 MiB when lines are not counted; MAX_THREADS = 4): memory stays
+bounded.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, TypeVar
 
-from .blocks import MAX_LINE_BYTES, MAX_READ, iter_byte_blocks, iter_reused_blocks
+from .blocks import (MAX_LINE_BYTES, MAX_READ, REUSED_BLOCK_BYTES, UNCOUNTED_BLOCK_BYTES, iter_byte_blocks,
+                     iter_reused_blocks)
 from .classifying import Classification, classify
 from .scanning import Scanner
 from . import scanner_cache
@@ -37,24 +39,29 @@ def load_scanner(extra_signature_files: list[str] | None = None, engine: Engine 
     return with_engine(scanner_cache.load(list(extra_signature_files or [])), engine)
 
 
-def classify_stream(stream: BinaryIO, scanner: Scanner, threads: int | None = None) -> Classification | None:
-    """The root cause of one log, read block by block (memory stays bounded on huge files)."""
+def classify_stream(stream: BinaryIO, scanner: Scanner, threads: int | None = None,
+                    line_numbers: bool = True) -> Classification | None:
+    """The root cause of one log, read block by block (memory stays bounded on huge files).
+    line_numbers=False: the evidence's index is a position in the stream, not a line number, and with a
+    line finder the lines are not counted (`relaunch classify --json` prints no line numbers)."""
     if scanner.line_finder is None:  # Python matches every block whole: smaller blocks, less memory
         return classify(scanner.scan_bytes(iter_byte_blocks(stream, MAX_READ), MAX_LINE_BYTES))
     workers = _threads() if threads is None else threads
 
     def prepare(block: tuple[bytes | bytearray, int]):
-        return scanner.prepare_block(*block)
+        return scanner.prepare_block(*block, count_lines=line_numbers)
 
+    size = REUSED_BLOCK_BYTES if line_numbers else UNCOUNTED_BLOCK_BYTES
     if workers <= 1:
-        return classify(scanner.scan_prepared(map(prepare, iter_reused_blocks(stream, ring=3)), MAX_LINE_BYTES))
+        return classify(scanner.scan_prepared(map(prepare, iter_reused_blocks(stream, 3, size)), MAX_LINE_BYTES,
+                                              line_numbers))
     ahead = 2 * workers
     # A buffer is reused `ring` blocks after it was read: by then the `ahead` blocks in flight, the one
     # being matched and the one being read are others.
-    blocks = iter_reused_blocks(stream, ring=ahead + 3)
+    blocks = iter_reused_blocks(stream, ahead + 3, size)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="relaunch-scan") as pool:
         prepared = ordered_map(pool.submit, prepare, blocks, ahead=ahead)
-        return classify(scanner.scan_prepared(prepared, MAX_LINE_BYTES))
+        return classify(scanner.scan_prepared(prepared, MAX_LINE_BYTES, line_numbers))
 
 
 def ordered_map(submit: Callable, fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:

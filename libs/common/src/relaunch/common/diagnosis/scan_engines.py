@@ -17,8 +17,6 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from . import byte_patterns
-from .byte_patterns import Untranslatable, superset_sources
 from .scanning import Scanner, scanner_for
 from .signatures import Catalogue
 
@@ -26,6 +24,17 @@ log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "hyperscan", "python"]
 ENGINES: tuple[Engine, ...] = ("auto", "hyperscan", "python")
+
+
+def superset_sources(patterns: list[re.Pattern[str]]) -> list[bytes]:
+    """byte_patterns.superset_sources, imported only when a database is compiled (a cache miss)."""
+    from .byte_patterns import superset_sources as translate
+
+    return translate(patterns)
+
+
+_TRANSLATION = Path(__file__).with_name("byte_patterns.py")
+"""The translating module's source (translation_key), read without importing it."""
 
 
 class EngineUnavailable(RuntimeError):
@@ -60,7 +69,11 @@ def _with_engine(scanner: Scanner, engine: Engine) -> Scanner:
     try:
         patterns = scanner.explaining_patterns()
         finder = line_finder(translation_key(patterns), lambda: superset_sources(patterns))
-    except (EngineError, Untranslatable) as exc:
+    except Exception as exc:
+        from .byte_patterns import Untranslatable  # the translation's own error (a cached database needs none)
+
+        if not isinstance(exc, (EngineError, Untranslatable)):
+            raise
         return _fallback(scanner, engine, str(exc))
     log.info("scan engine: hyperscan")
     return scanner.with_line_finder(finder, "hyperscan")
@@ -71,9 +84,9 @@ def translation_key(patterns: list[re.Pattern[str]]) -> str:
     few hundred milliseconds, a cache lookup nothing): the patterns, and the translating module's
     own text, so that changing the translation never finds a stale database."""
     try:
-        digest = hashlib.sha256(Path(byte_patterns.__file__).read_bytes())
+        digest = hashlib.sha256(_TRANSLATION.read_bytes())
     except OSError:  # pragma: no cover - installed without source files: the patterns alone
-        digest = hashlib.sha256(byte_patterns.__name__.encode())
+        digest = hashlib.sha256(b"relaunch.common.diagnosis.byte_patterns")
     for pattern in patterns:
         digest.update(b"\0%d\0" % pattern.flags + pattern.pattern.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

@@ -26,8 +26,6 @@ import os
 import pickle
 import re
 import sys
-import tempfile
-from importlib import resources
 from pathlib import Path
 
 from . import pattern_analysis, scanning, signatures
@@ -69,7 +67,7 @@ def _key(extra_signature_files: list[str]) -> str:
     digest = hashlib.sha256(_FORMAT + sys.version.encode())
     for module in (signatures, pattern_analysis, scanning, sys.modules[__name__]):
         digest.update(b"\0" + Path(module.__file__).read_bytes())
-    digest.update(b"\0" + resources.files(signatures.__package__).joinpath("signatures.toml").read_bytes())
+    digest.update(b"\0" + signatures.BUILTIN_FILE.read_bytes())
     for name in extra_signature_files:
         digest.update(b"\0%d\0" % len(name) + name.encode("utf-8", "surrogateescape") + Path(name).read_bytes())
     return digest.hexdigest()
@@ -131,6 +129,8 @@ def _write(path: Path, scanner: Scanner) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only when the cache is written
+
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
             _Pickler(tmp, protocol=pickle.HIGHEST_PROTOCOL).dump(scanner)
         os.replace(tmp.name, path)

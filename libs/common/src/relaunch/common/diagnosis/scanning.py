@@ -233,13 +233,17 @@ class Scanner:
             pos = end + 1
         return index + text.count("\n", counted) + (0 if block.endswith("\n") or not block else 1)
 
-    def prepare_block(self, block: bytes | bytearray, length: int | None = None) -> PreparedBlock:
+    def prepare_block(self, block: bytes | bytearray, length: int | None = None,
+                      count_lines: bool = True) -> PreparedBlock:
         """The costly, independent part of scanning a block (the engine's search and the line count),
         separate so that a caller may run it for several blocks at once: it touches no shared state.
-        The block is block[:length] (a reused buffer, blocks.iter_reused_blocks), all of it by default."""
+        The block is block[:length] (a reused buffer, blocks.iter_reused_blocks), all of it by default.
+        count_lines=False leaves the lines uncounted (scan_prepared with line_numbers=False): counting
+        holds the GIL and costs a third of a whole scan."""
         size = len(block) if length is None else length
         spans = self.line_finder(block, size) if self.line_finder is not None and size else None
-        return PreparedBlock(block, block.count(b"\n", 0, size) if spans is not None else -1, spans, size)
+        newlines = block.count(b"\n", 0, size) if spans is not None and count_lines else -1
+        return PreparedBlock(block, newlines, spans, size)
 
     def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
         """Like `scan_text` over raw blocks that end at line ends (blocks.iter_byte_blocks):
@@ -248,24 +252,52 @@ class Scanner:
         one engine search and no per-line Python work."""
         return self.scan_prepared(map(self.prepare_block, blocks), max_line_bytes)
 
-    def scan_prepared(self, blocks: Iterable[PreparedBlock], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
-        """`scan_bytes` over blocks already prepared (prepare_block), in order."""
+    def scan_prepared(self, blocks: Iterable[PreparedBlock], max_line_bytes: int = MAX_LINE,
+                      line_numbers: bool = True) -> Iterator[Match]:
+        """`scan_bytes` over blocks already prepared (prepare_block), in order. line_numbers=False (the
+        blocks prepared with count_lines=False): a Match's index is then a position that grows with the
+        line's place in the stream (the block's byte offset plus the line's place in the block), not its
+        line number, which is all a classification needs (classifying orders by it)."""
+        if not line_numbers:
+            yield from self._scan_positions(blocks, max_line_bytes)
+            return
         index = 0
         for block in blocks:
             data, size = block.data, block.size
             if block.spans is None:
-                whole = data if size == len(data) else bytes(memoryview(data)[:size])
-                index = yield from self._scan_block(decoded_lines(whole, max_line_bytes), index)
+                index = yield from self._scan_block(_whole(block, max_line_bytes), index)
                 continue
             base, counted = index, 0
             for start, end in block.spans:
                 index += data.count(b"\n", counted, start)
                 counted = start
-                line = data[start:min(end, start + max_line_bytes)].decode("utf-8", "replace")
-                found = self.match_line(line, index)
+                found = self.match_line(_line(data, start, end, max_line_bytes), index)
                 if found is not None:
                     yield found
             index = base + block.newlines + (0 if size == 0 or data[size - 1] == 0x0A else 1)
+
+    def _scan_positions(self, blocks: Iterable[PreparedBlock], max_line_bytes: int) -> Iterator[Match]:
+        offset = 0
+        for block in blocks:
+            data, size = block.data, block.size
+            if block.spans is None:  # line indexes within the block: each is below the block's size
+                yield from self._scan_block(_whole(block, max_line_bytes), offset)
+            else:
+                for start, end in block.spans:
+                    found = self.match_line(_line(data, start, end, max_line_bytes), offset + start)
+                    if found is not None:
+                        yield found
+            offset += size
+
+
+def _line(data: bytes, start: int, end: int, max_line_bytes: int) -> str:
+    """The line data[start:end], cut at max_line_bytes and decoded as the text reader does."""
+    return data[start:min(end, start + max_line_bytes)].decode("utf-8", "replace")
+
+
+def _whole(block: PreparedBlock, max_line_bytes: int) -> str:
+    data, size = block.data, block.size
+    return decoded_lines(data if size == len(data) else bytes(memoryview(data)[:size]), max_line_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any, get_args
 
 from relaunch.common.verdicts import Action, FaultDomain
@@ -93,7 +92,13 @@ class Catalogue:
         return len(self.signatures)
 
 
+BUILTIN_FILE = Path(__file__).with_name("signatures.toml")
+"""The built-in catalogue (package data beside this module)."""
+
+
 def parse_catalogue(text: str, origin: str) -> Catalogue:
+    import tomllib  # here: `relaunch classify` reads a cached scanner and parses no TOML (its start-up is benchmarked)
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -245,7 +250,7 @@ def _combine(parts: list[Catalogue], origin: str) -> Catalogue:
 
 @functools.cache
 def builtin_catalogue() -> Catalogue:
-    text = resources.files("relaunch.common.diagnosis").joinpath("signatures.toml").read_text(encoding="utf-8")
+    text = BUILTIN_FILE.read_text(encoding="utf-8")
     return parse_catalogue(text, "built-in signatures.toml")
 
 
