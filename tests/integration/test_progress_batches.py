@@ -273,16 +273,25 @@ async def test_batches_handled_at_once_apply_a_jobs_reports_in_order(redis_and_b
 
 
 async def test_a_state_written_by_an_older_release_is_read(redis_and_bus, unique):
-    """Before write tokens, rl:prog held the JSON alone: it is still read (and rewritten with a token)."""
+    """Before write tokens, rl:prog held the JSON alone, and then '<token> <JSON>' before the compact form
+    (domain/track.py): both are still read (and rewritten in the compact form, with a token)."""
+    import orjson
+
+    from relaunch.detector.domain.track import decode_record
+
     bus, state = redis_and_bus
     cluster = f"l{unique}"
     tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
     await state.track(cluster, "1", {"attempt": "0"})
     await tracker.on_progress_batch([(report(cluster, "1", i, i, 10.0), DELIVERY) for i in range(6)])
-    raw = await state.r.get(f"rl:prog:{cluster}:1")
-    await state.r.set(f"rl:prog:{cluster}:1", raw.partition(" ")[2])  # the JSON alone
-    tracker.cache.drop("1")
-    await tracker.on_progress_batch([(report(cluster, "1", 6, 6, 10.0), DELIVERY)])
-    data = await state.progress(cluster, "1")
-    assert stragglers.StragglerState.from_dict(data["straggler"]).total == 7
-    assert not (await state.r.get(f"rl:prog:{cluster}:1")).startswith("{")
+    for step, token in ((6, b""), (7, b"oldrelease.1 ")):  # the JSON alone, then with a token
+        raw = await state.raw.get(f"rl:prog:{cluster}:1")
+        assert raw.partition(b" ")[2].startswith(b"B")
+        older = token + orjson.dumps(decode_record(raw.partition(b" ")[2]))
+        await state.raw.set(f"rl:prog:{cluster}:1", older)
+        tracker.cache.drop("1")
+        await tracker.on_progress_batch([(report(cluster, "1", step, step, 10.0), DELIVERY)])
+        data = await state.progress(cluster, "1")
+        assert stragglers.StragglerState.from_dict(data["straggler"]).total == step + 1
+        stored = await state.raw.get(f"rl:prog:{cluster}:1")
+        assert not stored.startswith(b"{") and stored.partition(b" ")[2].startswith(b"B")

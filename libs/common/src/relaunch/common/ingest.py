@@ -18,7 +18,7 @@ from . import telemetry
 from .consumers import Consumer
 from .errors import PermanentError, TemporaryError
 from .lanes import KeyedLanes
-from .outcomes import CONSUMED, Delivery, M, delivery_of, parse_body, settle
+from .outcomes import CONSUMED, Delivery, M, ack_many, delivery_of, parse_body, settle
 
 if TYPE_CHECKING:
     from .connection import Bus
@@ -68,17 +68,22 @@ async def consume_batch(
                     raise RuntimeError(f"batch handler returned {len(results)} results for {len(items)} messages")
             except Exception as exc:  # noqa: BLE001 - mapped per message below
                 results = [exc] * len(items)
-            acked = 0
+            done = []
             for msg, result in zip(taken, results):
+                if result is None:
+                    done.append(msg)
+                    continue
                 try:
-                    if result is not None:
-                        raise result
-                    await msg.ack()
-                    acked += 1
+                    raise result
                 except Exception as exc:  # noqa: BLE001 - every kind is mapped by settle
                     consumed[await settle(bus, spec, msg, exc)].inc()
-            if acked:
-                consumed["ack"].inc(acked)
+            try:
+                await ack_many(done)  # one write for the batch's acknowledgements
+                if done:
+                    consumed["ack"].inc(len(done))
+            except Exception as exc:  # noqa: BLE001 - mapped by settle, as one ack's failure was
+                for msg in done:
+                    consumed[await settle(bus, spec, msg, exc)].inc()
 
     running: deque[asyncio.Task] = deque()
     try:

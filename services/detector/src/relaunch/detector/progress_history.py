@@ -14,7 +14,7 @@ from prometheus_client import Counter
 from relaunch.common.outcomes import Delivery
 from relaunch.common.schemas import LogBatch, ProgressReported
 
-from .adapters.progress_store import ProgressStore, points_of
+from .adapters.progress_store import ProgressStore
 from .domain.progress import ProgressPoint, parse_line
 
 log = logging.getLogger(__name__)
@@ -36,14 +36,15 @@ class ProgressHistory:
         await self._add(found)
 
     async def on_reports(self, items: list[tuple[ProgressReported, Delivery]]) -> None:
+        cluster = self.cluster
         await self._add([(m.job_id, m.at.timestamp(), m.step, m.throughput, m.step_time_s)
-                         for m, _ in items if m.cluster == self.cluster])
+                         for m, _ in items if m.cluster == cluster])
 
     async def _add(self, found: list) -> None:
         if not found:
             return
         try:
-            await self.store.add(self.cluster, points_of(found))
+            await self.store.add_flat(self.cluster, found)
             RECORDED.labels("ok").inc(len(found))
         except Exception as exc:  # noqa: BLE001 - best effort, see above
             RECORDED.labels("failed").inc(len(found))

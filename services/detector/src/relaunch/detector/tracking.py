@@ -17,7 +17,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import orjson
 
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery, utcnow
@@ -32,6 +31,7 @@ from .adapters.statecache import StateCache
 from .domain import hangs, lost_nodes, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
+from .domain.track import ProgressTrack, from_record
 from .domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint, parse_line
 from relaunch.common.progress import divergence
 
@@ -89,10 +89,10 @@ class ProgressTracker:
         # now (epoch s) -> the time up to which every progress signal has been read (ingest.handled_until);
         # None: assume no backlog (tests that feed the tracker directly).
         self.handled_until = handled_until
-        # job -> the state this replica last wrote, as stored ('<token> <JSON>', see statecache). The
-        # encoded state, not the objects: 10,000 jobs' objects lie all over memory, and walking them (to
-        # encode, to sort the intervals) cost seven times more than decoding 2 KB that lie together.
-        self.cache: StateCache[bytes] = StateCache(cache_jobs)
+        # job -> the track this replica last saved (with the token of that write, see statecache): the next
+        # report advances it in place, with no decoding (domain/track.py: its numbers lie in arrays, about
+        # 2 KB a job, where frozen states of float objects took three times that).
+        self.cache: StateCache[ProgressTrack] = StateCache(cache_jobs)
         self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
         self._lanes = KeyedLanes()
         """One lane per job: a batch waits for the earlier batches of its jobs (see on_progress_batch)."""
@@ -135,56 +135,54 @@ class ProgressTracker:
                               results: list[Exception | None]) -> None:
         held = self.cache.held(mine)
         loaded = await self.state.progress_many(self.cluster, list(mine), {j: t for j, (t, _) in held.items()})
-        saves, found, divergences = [], [], []
+        saves, tracks, found, divergences = [], [], [], []
         for job_id, indexes in mine.items():
             info, _token, data = loaded[job_id]
             if not info.get("attempt"):
                 for i in indexes:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
-            if data is HELD:  # the value this replica stored: '<token> <JSON>'
-                token, stored = held[job_id]
-                raw = orjson.loads(memoryview(stored)[len(token) + 1:])
-            else:
-                raw = data
-            current = _current(raw, own=data is HELD)
             attempt = int(info["attempt"])
-            div = _divergence_of(raw, attempt)
-            diverged = None
+            if data is HELD:  # the very state this replica saved last, still in Redis: advanced in place
+                live = held[job_id][1]
+                # out of the cache until it is saved again: a failed save must not leave an advanced
+                # state behind for the redelivered reports to be applied to a second time
+                self.cache.drop(job_id)
+            else:
+                live = _track_of(data)
+            if live is not None and live.attempt > attempt:
+                continue  # an older attempt's reports arriving late
             hang_policy, policy = self._policies_of(info)
-            verdict = None
+            hang_keep, samples_kept, window_points = hang_policy.window, policy.samples_kept, policy.window_points
+            diverged = verdict = None
             for i in indexes:
                 msg, delivery = items[i]
                 point = _client_point(msg)
-                before = current[2].total if current is not None and current[0] == attempt else 0
-                advanced = _advance(current, attempt, [point], msg.at, hang_policy.window, policy.samples_kept)
-                if advanced is None:
-                    continue  # an older attempt's report arriving late
-                current = (attempt, *advanced)
-                div = divergence.observe(div, point)
+                at = msg.at.timestamp()
+                if live is None or live.attempt != attempt:  # a new attempt starts fresh
+                    live = ProgressTrack(attempt, round(at, 3))
+                before = live.total
+                live.observe_point(point, at, hang_keep, samples_kept)
+                div = live.divergence = divergence.observe(live.divergence, point)
                 if diverged is None and (d := divergence.verdict(div)) is not None:
                     diverged = (d, msg.at)
                 # A verdict reads complete windows only: look when this report closed one (or when it is a
                 # redelivery, whose first try may have failed after the state was saved).
-                closed = current[2].total // policy.window_points != before // policy.window_points
-                if verdict is None and (closed or delivery.num_delivered > 1) \
-                        and (v := stragglers.verdict(current[2], policy)) is not None:
+                if verdict is None and (live.total // window_points != before // window_points
+                                        or delivery.num_delivered > 1) \
+                        and (v := stragglers.verdict(live.straggler_state(), policy)) is not None:
                     verdict = (v, msg.at)
-            if current is None or current[0] != attempt:
+            if live is None:
                 continue
-            _, hang, strag = current
-            # A copy of the state's own length at once: orjson's result keeps the 16-32 KB buffer it wrote
-            # into, and a batch's states (three batches in flight) held until their save made that many
-            # more megabytes of heap, which the states cached meanwhile then kept from being returned.
-            encoded = b"" + memoryview(orjson.dumps(_record(attempt, hang, strag, div)))
-            saves.append((job_id, encoded, hangs.deadline(hang, hang_policy), not info.get("progress_seen")))
+            saves.append((job_id, live.encode(), live.deadline(hang_policy), not info.get("progress_seen")))
+            tracks.append(live)
             if verdict is not None:
                 found.append((job_id, attempt, verdict, indexes))
             if diverged is not None:
                 divergences.append((job_id, attempt, diverged, indexes))
         written = await self.state.save_progress_many(self.cluster, saves)
-        for (job_id, *_), (token, stored) in zip(saves, written):
-            self.cache.put(job_id, token, stored)
+        for (job_id, *_), live, (token, _stored) in zip(saves, tracks, written):
+            self.cache.put(job_id, token, live)
         for job_id, attempt, (verdict, at), indexes in found:
             try:
                 await self._straggler(job_id, attempt, verdict, await self.state.job(self.cluster, job_id), at)
@@ -401,6 +399,18 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
     return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 
 
+def _track_of(data: dict | None) -> ProgressTrack | None:
+    """A stored record as a track; None for none, or for one that cannot be read (tracking starts afresh,
+    as for a new attempt)."""
+    if data is None:
+        return None
+    try:
+        return from_record(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("progress state unreadable, tracking starts afresh: %s", exc)
+        return None
+
+
 def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState,
             div: divergence.DivergenceState | None = None) -> dict:
     record = {"attempt": attempt, "hang": hang.to_dict(), "straggler": strag.to_dict()}
@@ -429,5 +439,9 @@ def _client_point(msg: ProgressReported) -> ProgressPoint | OverflowMark:
     health = None
     if msg.loss is not None or msg.grad_norm is not None or msg.loss_scale is not None:
         health = Health(loss=msg.loss, grad_norm=msg.grad_norm, loss_scale=msg.loss_scale)
-    return ProgressPoint(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
-                         preset="client", health=health)
+    # ProgressPoint(step=..., preset="client", health=health), made without the frozen dataclass's
+    # per-field object.__setattr__ (a third of this function's cost; it runs for every report)
+    point = object.__new__(ProgressPoint)
+    point.__dict__.update(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
+                          preset="client", health=health, total=None)
+    return point

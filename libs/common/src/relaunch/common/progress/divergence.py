@@ -16,6 +16,7 @@ Detection is within `nonfinite_reports` (3) logged steps of the first bad value.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -100,6 +101,9 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
         state = _replace(state, last_step=mark.step)  # a restart from a checkpoint or a new counter: not a step
     if health is None:
         if mark.step is not None and (state.last_step is None or mark.step > state.last_step):
+            if state.calibrated and state.recent == _went_through(policy.storm_window):
+                # (most reports of most jobs: the window is all steps that went through, and stays so)
+                return _replace(state, last_step=mark.step)
             state = _replace(_steps(state, "." * min(mark.step - (state.last_step or mark.step - 1), policy.storm_window),
                                    policy), last_step=mark.step)
         return state
@@ -143,6 +147,11 @@ def _replace(state: DivergenceState, **changes: Any) -> DivergenceState:
     fields.update(state.__dict__)
     fields.update(changes)
     return new
+
+
+@functools.cache
+def _went_through(window: int) -> str:
+    return "." * window
 
 
 def _steps(state: DivergenceState, marks: str, policy: DivergencePolicy) -> DivergenceState:

@@ -5,7 +5,7 @@ Nothing here is needed by another replica that Redis does not hold; a restarted 
 from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: attempt, stdout,
 stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
 rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (the attempt's hang and straggler state: the
-token of the write that made it, a space, then JSON; a reader that holds the state of that very write
+token of the write that made it, a space, then the state (domain/track.py's compact form, or JSON); a reader that holds the state of that very write
 decoded already need not read it again), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
 (present while this Redis holds rebuilt state; its absence means the data was lost), rl:heard:<c>
 (hash: node -> the time its probe's last NodeHealth was published and its heartbeat interval) and
@@ -24,6 +24,8 @@ from redis import asyncio as aioredis
 
 from relaunch.common.redis_outage import DOWN, redis_outage
 
+from ..domain.track import decode_record
+
 ANOMALY_TTL_S = 14 * 86400
 MAX_CONNECTIONS = 64
 PROGRESS_FIELDS = ("attempt", "options", "progress_seen")
@@ -40,8 +42,13 @@ class HotState:
                                                         decode_responses=True, socket_timeout=5,
                                                         socket_connect_timeout=3)
         self.r = aioredis.Redis.from_pool(pool)
-        self._read_progress = self.r.register_script(_READ_PROGRESS)
-        self._save_progress = self.r.register_script(_SAVE_PROGRESS)
+        # Progress states are bytes (domain/track.py's compact form: raw doubles), read and written on a
+        # client of their own that decodes nothing.
+        raw_pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS // 4, timeout=5,
+                                                            socket_timeout=5, socket_connect_timeout=3)
+        self.raw = aioredis.Redis.from_pool(raw_pool)
+        self._read_progress = self.raw.register_script(_READ_PROGRESS)
+        self._save_progress = self.raw.register_script(_SAVE_PROGRESS)
         self._follow = self.r.register_script(_FOLLOW)
         self._heard = self.r.register_script(_HEARD)
         # Tokens of progress-state writes: unique to this client (a random writer id and a counter), so a
@@ -59,6 +66,7 @@ class HotState:
 
     async def close(self) -> None:
         await self.r.aclose()
+        await self.raw.aclose()
 
     async def _call(self, coro):
         with redis_outage():
@@ -134,7 +142,7 @@ class HotState:
                                     ex=ANOMALY_TTL_S))
 
     async def progress(self, cluster: str, job_id: str) -> dict | None:
-        return _state(await self._call(self.r.get(f"rl:prog:{cluster}:{job_id}")))[1]
+        return _state(await self._call(self.raw.get(f"rl:prog:{cluster}:{job_id}")))[1]
 
     async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> str:
         """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically; returns
@@ -171,8 +179,8 @@ class HotState:
         out: dict[str, tuple[dict[str, str], str | None, dict | None | Held]] = {}
         for i, job_id in enumerate(job_ids):
             fields, raw = replies[2 * i], replies[2 * i + 1]
-            fields = {k: v for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}
-            if raw == "=":  # the state of the very write the caller holds
+            fields = {k: v.decode("utf-8", "replace") for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}
+            if raw == b"=":  # the state of the very write the caller holds
                 out[job_id] = (fields, held[job_id], HELD)
             else:
                 out[job_id] = (fields, *_state(raw))
@@ -180,23 +188,22 @@ class HotState:
 
     async def save_progress_many(self, cluster: str, saves: list[tuple[str, bytes, float | None, bool]],
                                  ) -> list[tuple[str, bytes]]:
-        """save_progress for many jobs at once, atomically (one script): (job, state as JSON (orjson's,
-        so without a newline), deadline, first progress seen, which marks the job's progress_seen).
-        Returns each write's token and the value stored ('<token> <JSON>'), in order: a copy of exactly
-        the state's length, which a caller may keep (orjson's own result keeps the 16-32 KB buffer it
-        was written into: cached for 10,000 jobs, that was most of the detector's memory)."""
+        """save_progress for many jobs at once, atomically (one script): (job, the state as stored
+        (ProgressTrack.encode: no newline), deadline, first progress seen, which marks the job's
+        progress_seen). Returns each write's token and the value stored ('<token> <state>'), in order."""
         if not saves:
             return []
-        # One argument for every job's id, deadline, progress_seen mark and token, one for the states
-        # (orjson writes no newline, so one per line): see progress_many.
+        # One argument for every job's id, deadline, progress_seen mark and stored length, one for the
+        # states one after another (bytes: the script cuts them by length): see progress_many.
         heads, states, tokens = [], [], []
         for job_id, data, deadline, first in saves:
             token = self._token()
             tokens.append(token)
-            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'}")
-            states.append(token.encode() + b" " + data)
+            stored = token.encode() + b" " + data
+            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} {len(stored)}")
+            states.append(stored)
         await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
-                                                              b"\n".join(states)]))
+                                                              b"".join(states)]))
         return list(zip(tokens, states))
 
     async def forget_progress(self, cluster: str, job_id: str) -> None:
@@ -287,17 +294,26 @@ return out
 """
 
 _SAVE_PROGRESS = """
--- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen>',
--- and the jobs' states ('<token> <JSON>'), one line each, in the same order.
+-- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen>
+-- <length of its state>', and the jobs' states ('<token> <state>', bytes) one after another, in order.
 local ttl, c = ARGV[1], ARGV[2]
 local deadlines = 'rl:hangdl:' .. c
-local heads = {}
-for line in string.gmatch(ARGV[3], '[^\\n]+') do heads[#heads + 1] = line end
-local i = 0
-for state in string.gmatch(ARGV[4], '[^\\n]+') do
-  i = i + 1
-  local id, deadline, first = string.match(heads[i], '^(%S+) (%S+) (%S+)$')
-  redis.call('SET', 'rl:prog:' .. c .. ':' .. id, state, 'EX', ttl)
+local states = ARGV[4]
+local jobs, total = {}, 0
+for line in string.gmatch(ARGV[3], '[^\\n]+') do
+  local id, deadline, first, size = string.match(line, '^(%S+) (%S+) (%S+) (%d+)$')
+  if not id then return redis.error_reply('save_progress: a malformed line: ' .. line) end
+  jobs[#jobs + 1] = {id, deadline, first, tonumber(size)}
+  total = total + tonumber(size)
+end
+if total ~= #states then  -- checked before anything is written
+  return redis.error_reply('save_progress: ' .. #states .. ' bytes of states, ' .. total .. ' announced')
+end
+local pos = 1
+for _, job in ipairs(jobs) do
+  local id, deadline, first, size = job[1], job[2], job[3], job[4]
+  redis.call('SET', 'rl:prog:' .. c .. ':' .. id, string.sub(states, pos, pos + size - 1), 'EX', ttl)
+  pos = pos + size
   if deadline == '-' then
     redis.call('ZREM', deadlines, id)
   else
@@ -307,24 +323,21 @@ for state in string.gmatch(ARGV[4], '[^\\n]+') do
     redis.call('HSET', 'rl:job:' .. c .. ':' .. id, 'progress_seen', '1')
   end
 end
-if i ~= #heads then
-  return redis.error_reply('save_progress: ' .. #heads .. ' jobs but ' .. i .. ' states')
-end
 return 0
 """
 
 
-def _state(raw: str | None) -> tuple[str | None, dict | None]:
+def _state(raw: bytes | None) -> tuple[str | None, dict | None]:
     """A stored progress state as (its write's token, the state); (None, None) when there is none or it
     cannot be read (the attempt's tracking starts afresh)."""
     if not raw:
         return None, None
-    token, _, body = raw.partition(" ") if not raw.startswith("{") else ("", "", raw)
+    token, _, body = raw.partition(b" ") if not raw.startswith(b"{") else (b"", b"", raw)
     try:
-        data = orjson.loads(body)
+        data = decode_record(body)  # the compact form (domain/track.py) or JSON
     except ValueError:
         return None, None
-    return (token or None), (data if isinstance(data, dict) else None)
+    return (token.decode("ascii", "replace") or None), data
 
 
 def nodes_field(nodes: list[str]) -> str:

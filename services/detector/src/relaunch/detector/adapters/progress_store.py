@@ -68,25 +68,27 @@ class ProgressStore:
         self._add = self.r.register_script(_ADD)
 
     async def add(self, cluster: str, points: dict[str, list[tuple[float, int, float | None, float | None]]]) -> None:
-        """points: job -> (at epoch seconds, step, throughput, step_time_s), in any order. Job ids are
-        Slurm's (no spaces); a throughput or step time that is None travels as '-'."""
-        if not points:
-            return
-        lines = [f"{job_id} " + ";".join(f"{at:.3f},{step},{'-' if tp is None else f'{tp:.6g}'},"
-                                         f"{'-' if st is None else f'{st:.6g}'}" for at, step, tp, st in found)
-                 for job_id, found in points.items() if found]
-        await self._add(keys=[], args=[self.max_buckets, ph.BASE_WIDTH_S, ph.TTL_S, ph.key(cluster, ""),
-                                       "\n".join(lines)])
+        """points: job -> (at epoch seconds, step, throughput, step_time_s), in any order."""
+        await self.add_flat(cluster, ((job_id, *point) for job_id, found in points.items() for point in found))
+
+    async def add_flat(self, cluster: str, points: Iterable[tuple[str, float, int, float | None, float | None]]
+                       ) -> int:
+        """(job, at epoch seconds, step, throughput, step_time_s) in any order, in one script call; returns
+        how many. Job ids are Slurm's (no spaces); a throughput or step time that is None travels as '-'."""
+        lines: dict[str, str] = {}
+        count = 0
+        for job_id, at, step, tp, st in points:  # formatted in one pass: this runs for every report
+            point = f"{at:.3f},{step},{'-' if tp is None else f'{tp:.6g}'},{'-' if st is None else f'{st:.6g}'}"
+            before = lines.get(job_id)
+            lines[job_id] = point if before is None else before + ";" + point
+            count += 1
+        if lines:
+            await self._add(keys=[], args=[self.max_buckets, ph.BASE_WIDTH_S, ph.TTL_S, ph.key(cluster, ""),
+                                           "\n".join(f"{job_id} {found}" for job_id, found in lines.items())])
+        return count
 
     async def read(self, cluster: str, job_id: str) -> tuple[list[ph.Bucket], int]:
         return ph.read(await self.r.hgetall(ph.key(cluster, job_id)))
 
     async def close(self) -> None:
         await self.r.aclose()
-
-
-def points_of(items: Iterable[tuple[str, float, int, float | None, float | None]]) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for job_id, at, step, tp, st in items:
-        out.setdefault(job_id, []).append((at, step, tp, st))
-    return out

@@ -198,7 +198,7 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
             if high is not None and point.step <= high:
                 continue  # another rank's copy of a step already counted, or a counter that went back
             high = point.step
-        rates.append(_six_digits(rate))
+        rates.append(six_digits(rate))
         times.append(now)
         total += 1
     if total == state.total and ranks is None:
@@ -208,7 +208,7 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
                           total=total, rank_times=state.rank_times if ranks is None else ranks)
 
 
-def _six_digits(rate: float) -> float:
+def six_digits(rate: float) -> float:
     """The rate to six significant digits: verdicts compare rates 20% apart, and the state, stored for
     every report, is a third shorter without the 17-digit floats."""
     return round(rate, 5 - math.floor(math.log10(rate)))

@@ -1,0 +1,327 @@
+"""One attempt's progress state, held compactly and advanced in place: the hot path of progress ingest
+(docs/architecture.md, "Scale").
+
+hangs.HangState and stragglers.StragglerState are frozen values that each observation replaces, and the
+verdicts read them. Replacing them for every report, and decoding and encoding them as JSON around each
+report (about 190 numbers a job), cost the detector 80-90 us of CPU per report: more than a bare
+consumer's whole handling of a message. A ProgressTrack holds the same numbers (the step intervals,
+rates and times in arrays of doubles: 8 bytes a number instead of a float object's 24 and its pointer's
+8) and advances them in place with exactly the rules of hangs.observe_progress, hangs.observe_checkpoint
+and stragglers.observe_points (tests/unit/test_progress_track.py drives both with the same random
+sequences and compares every field).
+
+The verdicts stay pure functions of the frozen values: `hang_state()` and `straggler_state()` make
+them, and hangs.deadline reads a track as it is (a track has every field deadline reads).
+
+Stored (`encode`) as bytes: 'B', a header of counts, the arrays as little-endian doubles, then the
+scalars as JSON (about 1.9 KB at full windows, and no text formatting of the 190 numbers). `decode_record` turns either that or the JSON record written before (and by
+the log path) into the one dict shape every reader takes (`record`).
+
+Pure: no I/O. Not thread-safe and not shared: the tracker owns a track between its read and its save,
+and a job's batches are applied one after another (tracking.ProgressTracker).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from array import array
+from typing import Any, Iterable
+
+import orjson
+
+from relaunch.common.progress import divergence
+
+from . import hangs, stragglers
+from .clock import seconds
+from .progress import CheckpointMark, OverflowMark, ProgressPoint
+
+FORMAT = 1
+_HEAD = struct.Struct("<BHH")
+"""format, number of step intervals, number of straggler samples (rates and times alike)."""
+_FRESH_DIVERGENCE = divergence.DivergenceState()
+_SWAP = sys.byteorder != "little"
+"""Stored doubles are little-endian whatever the machine: replicas on other hardware read them alike."""
+
+
+class ProgressTrack:
+    __slots__ = ("attempt", "watched_since", "last_step", "high_step", "progress_at", "intervals",
+                 "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save",
+                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "divergence")
+
+    def __init__(self, attempt: int, watched_since: float) -> None:
+        """A fresh attempt, watched since `watched_since` (hangs.new_state, stragglers.StragglerState())."""
+        self.attempt = attempt
+        # the hang state (hangs.HangState's fields and names: hangs.deadline reads them)
+        self.watched_since = watched_since
+        self.last_step: int | None = None
+        self.high_step: int | None = None
+        self.progress_at: float | None = None
+        self.intervals = array("d")
+        self.save_started_at: float | None = None
+        self.save_ended_at: float | None = None
+        self.longest_save_s = 0.0
+        self.gap_has_save = False
+        self.top: float | None = None
+        """The largest of `intervals`, None when not known (deadline finds it, _progress keeps it)."""
+        # the straggler state (stragglers.StragglerState's fields, its high_step renamed)
+        self.unit: str | None = None
+        self.straggler_high: int | None = None
+        self.rates = array("d")
+        self.times = array("d")
+        self.total = 0
+        self.rank_times: dict[int, tuple[float, ...]] = {}
+        self.divergence = _FRESH_DIVERGENCE
+
+    # -- the frozen values the verdicts read ----------------------------------------------------
+    @classmethod
+    def from_states(cls, attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState,
+                    div: divergence.DivergenceState | None = None) -> ProgressTrack:
+        track = cls(attempt, hang.watched_since)
+        track.last_step, track.high_step, track.progress_at = hang.last_step, hang.high_step, hang.progress_at
+        track.intervals = array("d", hang.intervals)
+        track.save_started_at, track.save_ended_at = hang.save_started_at, hang.save_ended_at
+        track.longest_save_s, track.gap_has_save = hang.longest_save_s, hang.gap_has_save
+        track.unit, track.straggler_high, track.total = strag.unit, strag.high_step, strag.total
+        track.rates, track.times = array("d", strag.rates), array("d", strag.times)
+        track.rank_times = dict(strag.rank_times)
+        track.divergence = div if div is not None else _FRESH_DIVERGENCE
+        return track
+
+    def hang_state(self) -> hangs.HangState:
+        return hangs.HangState(watched_since=self.watched_since, last_step=self.last_step, high_step=self.high_step,
+                               progress_at=self.progress_at, intervals=tuple(self.intervals),
+                               save_started_at=self.save_started_at, save_ended_at=self.save_ended_at,
+                               longest_save_s=self.longest_save_s, gap_has_save=self.gap_has_save)
+
+    def straggler_state(self) -> stragglers.StragglerState:
+        return stragglers.StragglerState(unit=self.unit, high_step=self.straggler_high, rates=tuple(self.rates),
+                                         times=tuple(self.times), total=self.total, rank_times=dict(self.rank_times))
+
+    # -- advancing (tracking._advance's rules, in place) -----------------------------------------
+    def observe(self, marks: Iterable, at: float, hang_keep: int = hangs.MAX_WINDOW,
+                straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
+        """Marks (progress points, overflow and checkpoint marks) seen together at `at`, rounded to the
+        millisecond as tracking stores every time."""
+        at = round(seconds(at), 3)
+        points = []
+        for mark in marks:
+            if isinstance(mark, CheckpointMark):
+                self._checkpoint(mark.phase, at)
+            elif isinstance(mark, OverflowMark):
+                self._progress(None, at, hang_keep, None)
+            else:
+                self._progress(mark.step, at, hang_keep, mark.step_time_s)
+                if mark.total and mark.step is not None and mark.step >= mark.total:
+                    self._checkpoint("started", at)  # the loop is over: see tracking._advance
+                points.append(mark)
+        if points:
+            self._samples(points, at, straggler_keep)
+
+    def observe_point(self, point: ProgressPoint | OverflowMark, at: float, hang_keep: int = hangs.MAX_WINDOW,
+                      straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
+        """observe((point,), at, ...) for one report (`at` in epoch seconds), without its list."""
+        at = round(at, 3)
+        if type(point) is OverflowMark:
+            self._progress(None, at, hang_keep, None)
+            return
+        self._progress(point.step, at, hang_keep, point.step_time_s)
+        if point.total and point.step is not None and point.step >= point.total:
+            self._checkpoint("started", at)
+        if self._sample(point, at):
+            over = len(self.rates) - max(1, min(straggler_keep, stragglers.MAX_SAMPLES))
+            if over > 0:
+                del self.rates[:over]
+                del self.times[:over]
+
+    def _progress(self, step: int | None, now: float, keep: int, printed_s: float | None) -> None:
+        """hangs.observe_progress."""
+        last = self.last_step
+        if step is not None and step == last:
+            return
+        backwards = step is not None and last is not None and step < last
+        high = self.high_step
+        new_high = step is None or high is None or step > high
+        progress_at = self.progress_at
+        if not backwards and new_high and progress_at is not None and not self.gap_has_save:
+            learnt = None
+            if now > progress_at:
+                learnt = round(now - progress_at, 6)
+            elif printed_s is not None and 0 < printed_s < math.inf:
+                steps = step - high if step is not None and high is not None else 1
+                learnt = round(printed_s * max(1, steps), 6)
+            if learnt is not None:
+                intervals = self.intervals
+                intervals.append(learnt)
+                top = self.top
+                if top is not None and learnt > top:
+                    self.top = top = learnt
+                over = len(intervals) - max(1, min(keep, hangs.MAX_WINDOW))
+                if over > 0:
+                    if top is not None and (intervals[0] if over == 1 else max(intervals[:over])) >= top:
+                        self.top = None  # the largest leaves the window
+                    del intervals[:over]
+        if self.save_started_at is not None and not backwards:
+            self.longest_save_s = max(self.longest_save_s, now - self.save_started_at)
+            self.save_started_at, self.save_ended_at = None, now
+        if step is not None:
+            self.high_step = step if high is None or step > high else high
+            self.last_step = step
+        self.progress_at = now
+        self.gap_has_save = False
+
+    def _checkpoint(self, phase: str, now: float) -> None:
+        """hangs.observe_checkpoint."""
+        if phase == "started":
+            if self.save_started_at is None:
+                self.save_started_at, self.gap_has_save = now, True
+            return
+        if phase != "finished":
+            raise ValueError(f"checkpoint phase must be 'started' or 'finished', not {phase!r}")
+        if self.save_started_at is not None:
+            self.longest_save_s = max(self.longest_save_s, now - self.save_started_at)
+        self.save_started_at, self.save_ended_at, self.gap_has_save = None, now, True
+
+    def _samples(self, points: Iterable[ProgressPoint], now: float, keep: int) -> None:
+        """stragglers.observe_points."""
+        changed = False
+        for point in points:
+            changed = self._sample(point, now) or changed
+        if changed:
+            over = len(self.rates) - max(1, min(keep, stragglers.MAX_SAMPLES))
+            if over > 0:
+                del self.rates[:over]
+                del self.times[:over]
+
+    def _sample(self, point: ProgressPoint, now: float) -> bool:
+        """One point of stragglers.observe_points (its rate_of inlined); whether the state changed (the
+        samples are then trimmed)."""
+        throughput = point.throughput
+        if throughput is not None and 0 < throughput < math.inf:  # (NaN fails both)
+            rate, unit = throughput, point.preset + ":throughput"
+        else:
+            step_time = point.step_time_s
+            if step_time is None or not 0 < step_time < math.inf:
+                return False
+            rate, unit = 1.0 / step_time, point.preset + ":step_time"
+        if self.unit is None:
+            self.unit = unit
+        elif unit != self.unit:
+            return False
+        changed = False
+        if point.rank is not None:
+            step_time = point.step_time_s
+            own = step_time if step_time is not None and step_time > 0 else 1.0 / rate
+            ranks = self.rank_times  # (straggler_state() and from_states copy it)
+            ranks[point.rank] = (ranks.get(point.rank, ()) + (own,))[-stragglers.MAX_RANK_POINTS:]
+            changed = True
+        step = point.step
+        if step is not None:
+            if self.straggler_high is not None and step <= self.straggler_high:
+                return changed
+            self.straggler_high = step
+        self.rates.append(stragglers.six_digits(rate))
+        self.times.append(now)
+        self.total += 1
+        return True
+
+    def deadline(self, policy: hangs.HangPolicy) -> float:
+        """hangs.deadline(self, policy), the same number, without going over the intervals when the
+        floor applies (most reports of most jobs: the largest interval is kept)."""
+        progress_at, intervals = self.progress_at, self.intervals
+        if self.save_started_at is None and progress_at is not None \
+                and policy.min_intervals <= len(intervals) <= policy.window:
+            top = self.top
+            if top is None:
+                top = self.top = max(intervals)
+            if policy.multiplier * top <= policy.floor_s:
+                anchor = progress_at if progress_at > self.watched_since else self.watched_since
+                if self.save_ended_at is not None and self.save_ended_at > anchor:
+                    anchor = self.save_ended_at
+                return anchor + policy.floor_s
+        return hangs.deadline(self, policy)
+
+    def _fresh_divergence(self) -> bool:
+        div = self.divergence  # (a cheap test first: a job's divergence state has its last step once it reports)
+        return div is _FRESH_DIVERGENCE or (div.last_step is None and div == _FRESH_DIVERGENCE)
+
+    # -- stored form --------------------------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        """The record tracking stores as JSON (tracking._record): {attempt, hang, straggler[, divergence]}."""
+        out = {"attempt": self.attempt, "hang": self.hang_state().to_dict(), "straggler": self.straggler_state().to_dict()}
+        if not self._fresh_divergence():
+            out["divergence"] = self.divergence.to_dict()
+        return out
+
+    def encode(self) -> bytes:
+        """The stored form (bytes; decode_record reads it)."""
+        intervals, rates, times = self.intervals, self.rates, self.times
+        if _SWAP:
+            intervals, rates, times = (_swapped(a) for a in (intervals, rates, times))
+        scalars = [self.attempt, self.watched_since, self.last_step, self.high_step, self.progress_at,
+                   self.save_started_at, self.save_ended_at, self.longest_save_s, self.gap_has_save,
+                   self.unit, self.straggler_high, self.total,
+                   {str(rank): times for rank, times in self.rank_times.items()} if self.rank_times else None,
+                   None if self._fresh_divergence() else self.divergence.to_dict()]
+        body = b"".join((_HEAD.pack(FORMAT, len(intervals), len(rates)), intervals.tobytes(), rates.tobytes(),
+                         times.tobytes(), orjson.dumps(scalars)))
+        return b"B" + body
+
+
+def decode_record(text: str | bytes) -> dict[str, Any]:
+    """A stored state (without its write token) as the record every reader takes (ProgressTrack.record's
+    shape): the encoded form or JSON. ValueError when it is neither (the attempt's tracking starts afresh)."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogateescape")
+    if not text.startswith(b"B"):
+        data = orjson.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a progress record is a JSON object")
+        return data
+    try:
+        body = memoryview(text)[1:]
+        fmt, n_intervals, n_samples = _HEAD.unpack_from(body)
+        if fmt != FORMAT:
+            raise ValueError(f"progress state format {fmt} is not {FORMAT}")
+        arrays, offset = [], _HEAD.size
+        for count in (n_intervals, n_samples, n_samples):
+            values = array("d")
+            values.frombytes(body[offset:offset + 8 * count])  # (a short slice: fewer values, caught below)
+            if len(values) != count:
+                raise ValueError("progress state is cut short")
+            arrays.append(_swapped(values) if _SWAP else values)
+            offset += 8 * count
+        (attempt, watched_since, last_step, high_step, progress_at, save_started_at, save_ended_at, longest,
+         gap, unit, s_high, total, ranks, div) = orjson.loads(body[offset:])
+    except (struct.error, TypeError) as exc:
+        raise ValueError(f"progress state is malformed: {exc}") from exc
+    intervals, rates, times = (a.tolist() for a in arrays)
+    out = {"attempt": attempt,
+           "hang": {"v": hangs.STATE_VERSION, "watched_since": watched_since, "last_step": last_step,
+                    "high_step": high_step, "progress_at": progress_at, "intervals": intervals,
+                    "save_started_at": save_started_at, "save_ended_at": save_ended_at,
+                    "longest_save_s": longest, "gap_has_save": gap},
+           "straggler": {"v": stragglers.STATE_VERSION, "unit": unit, "high_step": s_high, "rates": rates,
+                         "times": times, "total": total, "rank_times": ranks or {}}}
+    if div is not None:
+        out["divergence"] = div
+    return out
+
+
+def from_record(data: dict[str, Any]) -> ProgressTrack:
+    """A stored record (decode_record) as a track, checked field by field (it may come from another
+    replica or release); ValueError when it is malformed."""
+    try:
+        attempt = int(data["attempt"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"progress record has no attempt: {exc}") from exc
+    return ProgressTrack.from_states(attempt, hangs.HangState.from_dict(data["hang"]),
+                                     stragglers.StragglerState.from_dict(data["straggler"]),
+                                     divergence.DivergenceState.from_dict(data.get("divergence")))
+
+
+def _swapped(values: array) -> array:
+    copy = array("d", values)
+    copy.byteswap()
+    return copy

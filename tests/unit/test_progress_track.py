@@ -1,0 +1,121 @@
+"""ProgressTrack (relaunch.detector.domain.track) advances in place exactly as the pure, frozen states do
+(hangs.observe_progress / observe_checkpoint, stragglers.observe_points, through tracking._advance),
+and its stored form reads back as the same record."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from relaunch.common.progress import divergence
+from relaunch.detector import tracking
+from relaunch.detector.domain import hangs, stragglers, track
+from relaunch.detector.domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint
+
+
+def _mark(rng: random.Random, step: int):
+    kind = rng.random()
+    if kind < 0.06:
+        return CheckpointMark(rng.choice(["started", "finished"]), None, None, "hf")
+    if kind < 0.1:
+        return OverflowMark(rng.choice([None, 2.0 ** rng.randint(0, 12)]), None, "megatron", rng.random() < 0.1)
+    throughput = rng.choice([None, rng.uniform(50, 150), 0.0, float("nan")])
+    step_time = rng.choice([None, rng.uniform(0.1, 2.0), -1.0])
+    health = rng.choice([None, Health(loss=rng.choice([1.5, float("nan")]), grad_norm=None)])
+    return ProgressPoint(step=step if rng.random() > 0.1 else None, throughput=throughput, step_time_s=step_time,
+                         rank=rng.choice([None, None, None, 0, 1, 3]), preset=rng.choice(["hf", "hf", "hf", "megatron"]),
+                         health=health, total=rng.choice([None, None, 400]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_track_advances_exactly_as_the_frozen_states(seed):
+    rng = random.Random(seed)
+    hang_keep, straggler_keep = rng.choice([(100, 45), (3, 5), (256, 256)])
+    at, step, attempt = 1.7e9 + rng.random(), 0, 0
+    current, live = None, None
+    for _ in range(600):
+        at += rng.choice([0.0, 0.0004, rng.uniform(0.001, 3.0), rng.uniform(0.5, 1.5)])
+        step += rng.choice([1, 1, 1, 0, -3, 5])
+        if rng.random() < 0.01:
+            attempt += 1
+        marks = [_mark(rng, max(0, step)) for _ in range(rng.choice([1, 1, 1, 3]))]
+        advanced = tracking._advance(current, attempt, marks, at, hang_keep, straggler_keep)
+        if live is None or live.attempt != attempt:
+            live = track.ProgressTrack(attempt, round(at, 3))
+        if len(marks) == 1 and not isinstance(marks[0], CheckpointMark):
+            live.observe_point(marks[0], at, hang_keep, straggler_keep)
+        else:
+            live.observe(marks, at, hang_keep, straggler_keep)
+        current = (attempt, *advanced)
+        assert live.hang_state() == current[1]
+        assert live.straggler_state() == current[2]
+        policy = hangs.HangPolicy(window=min(100, max(3, hang_keep)), floor_s=rng.choice([0.5, 10.0]))
+        assert hangs.deadline(live, policy) == hangs.deadline(current[1], policy) == live.deadline(policy)
+        assert live.top is None or live.top == max(live.intervals)
+
+
+def _full_track(seed: int = 3) -> track.ProgressTrack:
+    rng = random.Random(seed)
+    live, at = track.ProgressTrack(2, 1.7e9), 1.7e9
+    for step in range(300):
+        at += rng.uniform(0.5, 1.5)
+        live.observe_point(ProgressPoint(step, rng.uniform(90, 110), None, rng.choice([None, 1]), "client",
+                                         health=Health(loss=2.0)), at, 100, 45)
+        live.divergence = divergence.observe(live.divergence, ProgressPoint(step, None, None, None, "client",
+                                                                            health=Health(loss=float("nan"))))
+    return live
+
+
+def test_the_stored_form_reads_back_as_the_same_record_and_track():
+    live = _full_track()
+    record = live.record()
+    assert record == tracking._record(live.attempt, live.hang_state(), live.straggler_state(), live.divergence)
+    encoded = live.encode()
+    assert encoded.startswith(b"B") and len(encoded) < len(__import__("orjson").dumps(record))
+    decoded = track.decode_record(encoded)
+    assert decoded["hang"] == {**record["hang"], "intervals": list(record["hang"]["intervals"])}
+    back = track.from_record(decoded)
+    assert back.hang_state() == live.hang_state() and back.straggler_state() == live.straggler_state()
+    assert back.divergence == live.divergence and back.attempt == live.attempt
+    # the JSON record (written before this form, and by the log path) reads the same way
+    import orjson
+
+    assert track.from_record(track.decode_record(orjson.dumps(record))).hang_state() == live.hang_state()
+
+
+def test_a_fresh_divergence_state_is_not_stored():
+    live = _full_track()
+    live.divergence = divergence.DivergenceState()
+    assert "divergence" not in track.decode_record(live.encode())
+    assert "divergence" not in live.record()
+
+
+@pytest.mark.parametrize("stored", [b"B", b"B\x01\x05", b"[1, 2]", b"garbage", b"B\x09\x00\x00\x00\x00",
+                                    b"B\x01\x00\x00\x00\x00[1, 2]", b"B\x01\x00\x00\x00\x00\xff\xfe"])
+def test_a_malformed_stored_state_is_a_value_error(stored):
+    with pytest.raises(ValueError):
+        track.from_record(track.decode_record(stored))
+
+
+def test_a_state_cut_short_is_a_value_error():
+    encoded = _full_track().encode()
+    for cut in (3, 200, 1500, len(encoded) - 3):
+        with pytest.raises(ValueError):
+            track.decode_record(encoded[:cut])
+
+
+def test_a_client_report_becomes_the_same_point_as_the_constructor_makes():
+    import datetime as dt
+
+    from relaunch.common.schemas import ProgressReported
+
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for fields in ({}, {"throughput": 5.0, "step_time_s": 0.2, "rank": 3}, {"loss": float("nan"), "grad_norm": 1.0}):
+        msg = ProgressReported(cluster="c", job_id="7", step=4, at=at, **fields)
+        point = tracking._client_point(msg)
+        health = None if "loss" not in fields else Health(loss=msg.loss, grad_norm=msg.grad_norm, loss_scale=None)
+        made = ProgressPoint(step=4, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
+                             preset="client", health=health)
+        assert point == made and point.__dict__.keys() == made.__dict__.keys()
+        assert repr(point.health) == repr(made.health) and point.total is None
