@@ -42,7 +42,7 @@ def test_a_track_advances_exactly_as_the_frozen_states(seed):
         marks = [_mark(rng, max(0, step)) for _ in range(rng.choice([1, 1, 1, 3]))]
         advanced = tracking._advance(current, attempt, marks, at, hang_keep, straggler_keep)
         if live is None or live.attempt != attempt:
-            live = track.ProgressTrack(attempt, round(at, 3))
+            live = track.ProgressTrack(attempt, round(at, 3), *((hang_keep, straggler_keep) if seed % 2 else ()))
         if len(marks) == 1 and not isinstance(marks[0], CheckpointMark):
             live.observe_point(marks[0], at, hang_keep, straggler_keep)
         else:

@@ -23,6 +23,10 @@ RECORDED = Counter("relaunch_detector_progress_history_points_total",
                    "Progress points written to the jobs' bounded histories, by outcome (ok | failed)", ["outcome"])
 
 
+_OK, _FAILED = RECORDED.labels("ok"), RECORDED.labels("failed")
+"""(labelled once: `labels` checks its names on every call, for every batch)"""
+
+
 class ProgressHistory:
     def __init__(self, store: ProgressStore, cluster: str) -> None:
         self.store, self.cluster = store, cluster
@@ -45,7 +49,7 @@ class ProgressHistory:
             return
         try:
             await self.store.add_flat(self.cluster, found)
-            RECORDED.labels("ok").inc(len(found))
+            _OK.inc(len(found))
         except Exception as exc:  # noqa: BLE001 - best effort, see above
-            RECORDED.labels("failed").inc(len(found))
+            _FAILED.inc(len(found))
             log.warning("progress history: %d points not recorded: %s", len(found), exc)

@@ -143,24 +143,24 @@ class ProgressTracker:
                     results[i] = TemporaryError("job not observed yet", delay=1.0)
                 continue
             attempt = int(info["attempt"])
+            hang_policy, policy = self._policies_of(info)
+            hang_keep, samples_kept, window_points = hang_policy.window, policy.samples_kept, policy.window_points
             if data is HELD:  # the very state this replica saved last, still in Redis: advanced in place
                 live = held[job_id][1]
                 # out of the cache until it is saved again: a failed save must not leave an advanced
                 # state behind for the redelivered reports to be applied to a second time
                 self.cache.drop(job_id)
             else:
-                live = _track_of(data)
+                live = _track_of(data, hang_keep, samples_kept)
             if live is not None and live.attempt > attempt:
                 continue  # an older attempt's reports arriving late
-            hang_policy, policy = self._policies_of(info)
-            hang_keep, samples_kept, window_points = hang_policy.window, policy.samples_kept, policy.window_points
             diverged = verdict = None
             for i in indexes:
                 msg, delivery = items[i]
                 point = _client_point(msg)
                 at = msg.at.timestamp()
                 if live is None or live.attempt != attempt:  # a new attempt starts fresh
-                    live = ProgressTrack(attempt, round(at, 3))
+                    live = ProgressTrack(attempt, round(at, 3), hang_keep, samples_kept)
                 before = live.total
                 live.observe_point(point, at, hang_keep, samples_kept)
                 div = live.divergence = divergence.observe(live.divergence, point)
@@ -399,13 +399,13 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
     return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 
 
-def _track_of(data: dict | None) -> ProgressTrack | None:
+def _track_of(data: dict | None, hang_keep: int = 0, straggler_keep: int = 0) -> ProgressTrack | None:
     """A stored record as a track; None for none, or for one that cannot be read (tracking starts afresh,
     as for a new attempt)."""
     if data is None:
         return None
     try:
-        return from_record(data)
+        return from_record(data, hang_keep, straggler_keep)
     except (ValueError, TypeError, KeyError) as exc:
         log.warning("progress state unreadable, tracking starts afresh: %s", exc)
         return None
