@@ -295,3 +295,19 @@ async def test_a_state_written_by_an_older_release_is_read(redis_and_bus, unique
         assert stragglers.StragglerState.from_dict(data["straggler"]).total == step + 1
         stored = await state.raw.get(f"rl:prog:{cluster}:1")
         assert not stored.startswith(b"{") and stored.partition(b" ")[2].startswith(b"B")
+
+
+async def test_an_unreadable_state_starts_tracking_afresh_and_loses_no_report(redis_and_bus, unique):
+    """A stored state that is neither form, or a record whose fields are malformed, is logged and replaced:
+    the batch's reports are applied to a fresh state and acknowledged, never failed over and over."""
+    bus, state = redis_and_bus
+    cluster = f"u{unique}"
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    await state.track(cluster, "1", {"attempt": "0"})
+    for stored in (b"w.1 B\x01\x05", b'w.2 {"attempt": 0, "hang": {"v": 1}, "straggler": {"v": 2}}'):
+        await state.raw.set(f"rl:prog:{cluster}:1", stored)
+        tracker.cache.drop("1")
+        results = await tracker.on_progress_batch([(report(cluster, "1", i, i, 10.0), DELIVERY) for i in range(3)])
+        assert results == [None] * 3
+        data = await state.progress(cluster, "1")
+        assert stragglers.StragglerState.from_dict(data["straggler"]).total == 3, stored

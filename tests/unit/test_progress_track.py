@@ -78,7 +78,7 @@ def test_the_stored_form_reads_back_as_the_same_record_and_track():
     back = track.from_record(decoded)
     assert back.hang_state() == live.hang_state() and back.straggler_state() == live.straggler_state()
     assert back.divergence == live.divergence and back.attempt == live.attempt
-    # the JSON record (written before this form, and by the log path) reads the same way
+    # a JSON record (written before this form, and by the hang sweep) reads the same way
     import orjson
 
     assert track.from_record(track.decode_record(orjson.dumps(record))).hang_state() == live.hang_state()

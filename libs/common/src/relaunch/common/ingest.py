@@ -72,11 +72,8 @@ async def consume_batch(
             for msg, result in zip(taken, results):
                 if result is None:
                     done.append(msg)
-                    continue
-                try:
-                    raise result
-                except Exception as exc:  # noqa: BLE001 - every kind is mapped by settle
-                    consumed[await settle(bus, spec, msg, exc)].inc()
+                else:  # every kind of failure is mapped by settle
+                    consumed[await settle(bus, spec, msg, result)].inc()
             try:
                 await ack_many(done)  # one write for the batch's acknowledgements
                 if done:

@@ -206,30 +206,30 @@ class ProgressTracker:
             return
         info = await self.state.job(self.cluster, job_id)
         if running and info.get("progress_seen"):
-            hang = hangs.new_state(utcnow())
-            data = _record(attempt, hang, stragglers.StragglerState())
-            await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang, self._hang_policy(info)))
+            fresh = ProgressTrack(attempt, seconds(utcnow()))
+            await self.state.save_progress(self.cluster, job_id, fresh.encode(), fresh.deadline(self._hang_policy(info)))
         elif current is not None:
             await self.state.forget_progress(self.cluster, job_id)
 
     async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime) -> None:
         info = await self.state.job(self.cluster, job_id)
-        raw = await self.state.progress(self.cluster, job_id)
-        advanced = _advance(_current(raw), attempt, marks, at,
-                            self._hang_policy(info).window, self._straggler_policy(info).samples_kept)
-        if advanced is None:
+        hang_policy, policy = self._policies_of(info)
+        live = _track_of(await self.state.progress(self.cluster, job_id), hang_policy.window, policy.samples_kept)
+        if live is not None and live.attempt > attempt:
             return  # lines of an older attempt arriving late
-        hang, strag = advanced
-        div, diverged = _divergence_of(raw, attempt), None
+        at_s = seconds(at)
+        if live is None or live.attempt != attempt:  # a new attempt starts fresh
+            live = ProgressTrack(attempt, round(at_s, 3), hang_policy.window, policy.samples_kept)
+        live.observe(marks, at_s, hang_policy.window, policy.samples_kept)
+        diverged = None
         for mark in marks:
             if not isinstance(mark, CheckpointMark):
-                div = divergence.observe(div, mark)
-                diverged = diverged or divergence.verdict(div)
+                live.divergence = divergence.observe(live.divergence, mark)
+                diverged = diverged or divergence.verdict(live.divergence)
         if not info.get("progress_seen"):
             await self.state.track(self.cluster, job_id, {"progress_seen": "1"})
-        await self.state.save_progress(self.cluster, job_id, _record(attempt, hang, strag, div),
-                                       hangs.deadline(hang, self._hang_policy(info)))
-        found = stragglers.verdict(strag, self._straggler_policy(info))
+        await self.state.save_progress(self.cluster, job_id, live.encode(), live.deadline(hang_policy))
+        found = stragglers.verdict(live.straggler_state(), policy)
         if found is not None:
             await self._straggler(job_id, attempt, found, info, at)
         if diverged is not None:
@@ -357,18 +357,8 @@ def _options(info: dict) -> dict:
         return {}
 
 
-def _current(data: dict | None, own: bool = False) -> tuple[int, hangs.HangState, stragglers.StragglerState] | None:
-    """The stored progress record as values: (attempt, hang state, straggler state); `own`: a record
-    this process wrote (decoded without checks)."""
-    if data is None:
-        return None
-    if own:
-        return (data["attempt"], hangs.HangState.from_own_dict(data["hang"]),
-                stragglers.StragglerState.from_own_dict(data["straggler"]))
-    return (data.get("attempt", -1), hangs.HangState.from_dict(data["hang"]),
-            stragglers.StragglerState.from_dict(data["straggler"]))
-
-
+# _advance and _record: the same rules over the frozen states, and their JSON record; the service runs
+# ProgressTrack, which tests/unit/test_progress_track.py checks against these, report by report.
 def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | None, attempt: int, marks: list,
              at: dt.datetime | float, hang_keep: int = hangs.MAX_WINDOW, straggler_keep: int = stragglers.MAX_SAMPLES,
              ) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
@@ -420,16 +410,6 @@ def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerStat
 
 
 _FRESH = divergence.DivergenceState()
-
-
-def _divergence_of(data: dict | None, attempt: int) -> divergence.DivergenceState:
-    """The attempt's divergence state from its stored record (fresh for a new attempt or an old record)."""
-    if not data or data.get("attempt") != attempt:
-        return _FRESH
-    try:
-        return divergence.DivergenceState.from_dict(data.get("divergence"))
-    except ValueError:
-        return _FRESH
 
 
 def _client_point(msg: ProgressReported) -> ProgressPoint | OverflowMark:

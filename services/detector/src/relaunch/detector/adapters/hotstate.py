@@ -144,12 +144,13 @@ class HotState:
     async def progress(self, cluster: str, job_id: str) -> dict | None:
         return _state(await self._call(self.raw.get(f"rl:prog:{cluster}:{job_id}")))[1]
 
-    async def save_progress(self, cluster: str, job_id: str, data: dict, deadline: float | None) -> str:
-        """Store the attempt's progress state and (re)arm or disarm its hang deadline, atomically; returns
-        the write's token."""
+    async def save_progress(self, cluster: str, job_id: str, data: bytes | dict, deadline: float | None) -> str:
+        """Store the attempt's progress state (as stored: ProgressTrack.encode, or a record as JSON) and
+        (re)arm or disarm its hang deadline, atomically; returns the write's token."""
         token = self._token()
         pipe = self.r.pipeline(transaction=True)
-        pipe.set(f"rl:prog:{cluster}:{job_id}", token.encode() + b" " + orjson.dumps(data), ex=ANOMALY_TTL_S)
+        stored = data if isinstance(data, bytes) else orjson.dumps(data)
+        pipe.set(f"rl:prog:{cluster}:{job_id}", token.encode() + b" " + stored, ex=ANOMALY_TTL_S)
         if deadline is None:
             pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         else:

@@ -14,8 +14,9 @@ The verdicts stay pure functions of the frozen values: `hang_state()` and `strag
 them, and hangs.deadline reads a track as it is (a track has every field deadline reads).
 
 Stored (`encode`) as bytes: 'B', a header of counts, the arrays as little-endian doubles, then the
-scalars as JSON (about 1.9 KB at full windows, and no text formatting of the 190 numbers). `decode_record` turns either that or the JSON record written before (and by
-the log path) into the one dict shape every reader takes (`record`).
+scalars as JSON (about 1.9 KB at full windows, and no text formatting of the 190 numbers).
+`decode_record` turns either that or a JSON record (written before, and by the hang sweep, which
+writes back what it read) into the one dict shape every reader takes (`record`).
 
 Pure: no I/O. Not thread-safe and not shared: the tracker owns a track between its read and its save,
 and a job's batches are applied one after another (tracking.ProgressTracker).
@@ -133,10 +134,7 @@ class ProgressTrack:
         if point.total and point.step is not None and point.step >= point.total:
             self._checkpoint("started", at)
         if self._sample(point, at):
-            over = len(self.rates) - max(1, min(straggler_keep, stragglers.MAX_SAMPLES))
-            if over > 0:
-                del self.rates[:over]
-                del self.times[:over]
+            self._trim_samples(straggler_keep)
 
     def _progress(self, step: int | None, now: float, keep: int, printed_s: float | None) -> None:
         """hangs.observe_progress."""
@@ -192,10 +190,13 @@ class ProgressTrack:
         for point in points:
             changed = self._sample(point, now) or changed
         if changed:
-            over = len(self.rates) - max(1, min(keep, stragglers.MAX_SAMPLES))
-            if over > 0:
-                del self.rates[:over]
-                del self.times[:over]
+            self._trim_samples(keep)
+
+    def _trim_samples(self, keep: int) -> None:
+        over = len(self.rates) - max(1, min(keep, stragglers.MAX_SAMPLES))
+        if over > 0:
+            del self.rates[:over]
+            del self.times[:over]
 
     def _sample(self, point: ProgressPoint, now: float) -> bool:
         """One point of stragglers.observe_points (its rate_of inlined); whether the state changed (the
