@@ -491,6 +491,8 @@ class LoadRun:
             self.ctl.burst_done.clear()
             self.ctl.burst.value = n
             while not self.ctl.burst_done.is_set():
+                if not self.publisher.is_alive():
+                    raise SystemExit(f"the publisher process died (exit {self.publisher.exitcode}); see its traceback above")
                 await asyncio.sleep(0.2)
         finally:
             self.cpu.reset()
@@ -665,8 +667,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.failures is None:
         args.failures = max(args.jobs // 10, 1)
-    if args.failures > args.jobs:
-        ap.error("--failures cannot exceed --jobs")
+    if args.failures >= args.jobs:
+        ap.error("--failures must be below --jobs: the jobs that do not fail keep reporting (the drain phase's backlog)")
     if not args.drain_msgs:
         args.drain_msgs = int(args.jobs * args.rate_hz * 10)
     result = asyncio.run(LoadRun(args).run())

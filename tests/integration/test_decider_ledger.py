@@ -178,3 +178,50 @@ async def test_an_anomaly_that_comes_before_the_attempts_nodes_waits_for_them(le
     await decider.on_anomaly(late, Delivery("s", WAIT_FOR_NODES_DELIVERIES, 1))
     (advice,) = await advice_rows(ledger, other)
     assert advice["exclude_nodes"] == [] and advice["operation"] == "restart"
+
+
+async def test_a_decision_writes_its_audit_row_once_and_the_echo_of_it_is_not_written_again(ledger, unique):
+    """The decider's audit consumer skips entries the decider wrote (same transaction as the outbox
+    entry that sent them); other services' entries are recorded, once each."""
+    from relaunch.common.schemas import AuditEntry
+
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_anomaly(anomaly(cluster, "crash"), DELIVERY)
+    [row] = await ledger.pool.fetch("SELECT * FROM audit WHERE cluster=$1 AND service='decider'", cluster)
+    outbox = await ledger.pool.fetch("SELECT payload FROM outbox WHERE msg_id=$1", row["idempotency_key"])
+    assert len(outbox) == 1  # the entry custom consumers hear of, exactly once
+    echo = AuditEntry.model_validate_json(bytes(outbox[0]["payload"]))
+    forged = echo.model_copy(update={"idempotency_key": f"{echo.idempotency_key}.other", "action": "stop"})
+    await decider.on_audit(echo, DELIVERY)
+    await decider.on_audit(forged, DELIVERY)  # a decider entry the ledger never wrote is not taken from the bus
+    assert len(await ledger.pool.fetch("SELECT 1 FROM audit WHERE cluster=$1 AND service='decider'", cluster)) == 1
+    actuator = AuditEntry(cluster=cluster, job_id="5", service="actuator", action="requeue", detail="{}",
+                          idempotency_key=f"actuator.{cluster}.5.1", at=now())
+    await decider.on_audit(actuator, DELIVERY)
+    await decider.on_audit(actuator, DELIVERY)
+    assert [r["action"] for r in await ledger.pool.fetch(
+        "SELECT action FROM audit WHERE cluster=$1 AND service='actuator'", cluster)] == ["requeue"]
+
+
+async def test_suspects_of_one_attribution_are_saved_in_one_statement_with_the_most_confident_kept(ledger, unique):
+    """save_suspects: several nodes at once; a node named twice keeps its most confident finding; a
+    later, less confident finding does not replace the stored one but can still mark it excluded."""
+    from relaunch.decider.domain.attribution import Suspect
+
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    at = now()
+    async with ledger.job_tx(cluster, "5") as tx:
+        await tx.save_suspects(0, [Suspect("node1", 0.4, ("a",)), Suspect("node2", 0.9, ("b",)),
+                                   Suspect("node1", 0.7, ("c",))], ("node2",), "x1", at)
+    async with ledger.job_tx(cluster, "5") as tx:
+        await tx.save_suspects(0, [Suspect("node2", 0.5, ("d",)), Suspect("node1", 0.2, ("e",))], ("node1",),
+                               "x2", at)
+        history = await tx.history()
+    assert history.suspects == ((0, "node1", pytest.approx(0.7), ("c",)), (0, "node2", pytest.approx(0.9), ("b",)))
+    rows = await ledger.pool.fetch("SELECT node, excluded, anomaly_id FROM suspects WHERE cluster=$1 ORDER BY node",
+                                   cluster)
+    assert [(r["node"], r["excluded"], r["anomaly_id"]) for r in rows] == [("node1", True, "x1"), ("node2", True, "x1")]

@@ -10,21 +10,15 @@ from collections.abc import Awaitable, Callable
 
 import nats.errors
 from faststream.nats import NatsRouter
-from faststream.nats.annotations import NatsMessage
 
 from . import consumers
 from .connection import Bus
 from .ingest import ensure_durable
-from .outcomes import Delivery, M, delivery_of
+from .outcomes import Delivery, M, current_message, delivery_of
 from .periodic import every
 from .schemas import Message, dump
 
 log = logging.getLogger(__name__)
-
-
-def delivery(msg: NatsMessage) -> Delivery:
-    """The Delivery of the message a FastStream handler got (declare `msg: NatsMessage`)."""
-    return delivery_of(msg.raw_message)
 
 
 def route(router: NatsRouter, consumer: consumers.Consumer,
@@ -36,12 +30,13 @@ def route(router: NatsRouter, consumer: consumers.Consumer,
     if handler is None:
         handler = _declared_only
 
-    async def handle(body, msg):
-        await handler(body, delivery_of(msg.raw_message))
+    async def handle(body):
+        await handler(body, delivery_of(current_message()))
 
     # Set here, not written in the signature: annotations are strings in this module, and FastStream
-    # reads them to validate the body and to inject the message.
-    handle.__annotations__ = {"body": model, "msg": NatsMessage, "return": None}
+    # reads them to validate the body. The message comes from the outcome middleware, not injected
+    # (outcomes.current_message says why).
+    handle.__annotations__ = {"body": model, "return": None}
     handle.__name__ = handle.__qualname__ = consumer.spec.durable.replace("-", "_")
     consumers.subscriber(router, consumer, inbox_prefix, document_only=handler is _declared_only)(handle)
 

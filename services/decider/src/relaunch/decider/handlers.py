@@ -65,7 +65,7 @@ class Decider:
             if not tx.row.get("comment"):
                 # The observer publishes JobObserved before any anomaly can exist; wait for it.
                 raise TemporaryError("job not observed yet; its policy is unknown", delay=1.0)
-            history = await tx.history()
+            history, override = await tx.read()
             record = history.attempt(anomaly.attempt)
             if (anomaly.source == "scheduler" and anomaly.exit_code is None
                     and (record is None or record.state not in FINAL_STATES)
@@ -76,7 +76,7 @@ class Decider:
                 raise TemporaryError("the actuator is still verifying this attempt's launch", delay=1.0)
             if (anomaly.source in ("log", "progress") and anomaly.action != "stop"
                     and delivery.num_delivered < WAIT_FOR_NODES_DELIVERIES
-                    and not await tx.attempt_nodes(anomaly.attempt)):
+                    and not (record is not None and record.nodes)):
                 raise TemporaryError("the attempt's nodes are not in the ledger yet", delay=0.5)
             if not await tx.save_anomaly(anomaly):
                 # Already in the ledger: its decision was taken and committed with it (one transaction).
@@ -86,12 +86,12 @@ class Decider:
                 history = await tx.history()  # the anomaly's step and exit code are now the attempt's
             # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
             policy = resolve(parse_comment(tx.row["comment"]), self.policies)
-            override = await tx.operator_mode()
             if override is not None and override[0] == "observe":  # an operator's word beats the comment
                 policy = replace(policy, observe_only=True, option_errors=(override[1],))
-            job_nodes = await tx.attempt_nodes(anomaly.attempt) or list(anomaly.nodes)
-            events = await tx.node_events(job_nodes, anomaly.detected_at - attribution.WINDOW)
-            node_history = await tx.node_history(job_nodes, now - reputation.horizon(self.half_life))
+            record = history.attempt(anomaly.attempt)
+            job_nodes = list(record.nodes if record is not None and record.nodes else anomaly.nodes)
+            events, node_history = await tx.node_evidence(job_nodes, anomaly.detected_at - attribution.WINDOW,
+                                                          now - reputation.horizon(self.half_life))
             suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
                                              previous=history.implicated(anomaly.attempt - 1),
                                              ib_pair=policy.ib_pair, half_life=self.half_life)
@@ -145,6 +145,8 @@ class Decider:
         await self.ledger.record_reconcile(status, dedupe_key=f"{subjects.EVENTS.name}.{delivery.stream_seq}")
 
     async def on_audit(self, entry: AuditEntry, delivery: Delivery) -> None:
+        if entry.service == "decider":
+            return  # written by this service, in the same transaction as the outbox entry that sent it
         await self.ledger.record_audit(entry)
 
     async def on_node(self, health: NodeHealth, delivery: Delivery) -> None:

@@ -51,6 +51,13 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(items)
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a connection given back: nothing to undo. The ledger sets no session
+    state, listens to nothing, keeps no cursor, and holds an advisory lock only inside `migrate`,
+    which releases it (or closes the connection). asyncpg's default reset (UNLISTEN, RESET ALL...)
+    costs a round trip per transaction; a transaction left open is still rolled back by the pool."""
+
+
 class Ledger:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -60,7 +67,8 @@ class Ledger:
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             try:
-                pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, command_timeout=10)
+                pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, command_timeout=10,
+                                                 reset=_keep_session)
                 return cls(pool)
             except POSTGRES_DOWN as exc:
                 if asyncio.get_running_loop().time() > deadline:
@@ -88,7 +96,11 @@ class Ledger:
                         await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
                     applied.append(version)
             finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+                try:
+                    await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+                except BaseException:
+                    conn.terminate()  # never back to the pool holding the lock (the pool does not reset it)
+                    raise
         return applied
 
     async def ping(self) -> bool:
@@ -102,10 +114,13 @@ class Ledger:
         """A transaction holding the job's row lock (the row is created if missing)."""
         with postgres_outage():
             async with self.pool.acquire() as conn, conn.transaction():
-                await conn.execute("INSERT INTO jobs (cluster, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                                   cluster, job_id)
-                row = await conn.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE",
-                                          cluster, job_id)
+                # A known job costs one round trip; a new one is inserted first (a concurrent insert of
+                # the same job waits for the other's commit, then finds the row and waits for its lock).
+                row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)
+                if row is None:
+                    await conn.execute("INSERT INTO jobs (cluster, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                       cluster, job_id)
+                    row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)
                 yield JobTx(conn, cluster, job_id, dict(row))
 
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
@@ -116,32 +131,31 @@ class Ledger:
         async with self.job_tx(obs.cluster, obs.job_id) as tx:
             if not await tx.same_job(obs.submit_time):
                 return
+            # One statement (the three parts touch different rows, so one snapshot serves them all): the
+            # job's row; its attempt's; and a requeued job's earlier attempts, which ended with a failure
+            # that Slurm no longer reports.
             await tx.conn.execute(
-                """UPDATE jobs SET name=$3, comment=$4, partition=$5, options=$6, option_errors=$7, mode=$8,
-                       state=$9, reason=$10, restarts=GREATEST(restarts, $11), policy_name=$12, policy=$13,
-                       partition_nodes=COALESCE($14, partition_nodes), updated_at=now()
-                   WHERE cluster=$1 AND job_id=$2""",
-                obs.cluster, obs.job_id, obs.name, obs.comment[:4096], obs.partition,
-                json.dumps(optin.options), json.dumps(list(policy.option_errors)),
-                "observe" if policy.observe_only else "act", obs.state, obs.reason, obs.restarts,
-                policy.name, json.dumps(policy.as_dict()), obs.partition_nodes,
-            )
-            await tx.conn.execute(
-                """INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code, ended_at)
-                   VALUES ($1,$2,$3,$4,$5,$6,$7)
-                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET state=EXCLUDED.state,
-                       nodes=CASE WHEN cardinality(EXCLUDED.nodes) > 0 THEN EXCLUDED.nodes ELSE attempts.nodes END,
-                       exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code),
-                       ended_at=COALESCE(attempts.ended_at, EXCLUDED.ended_at), updated_at=now()""",
-                obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
-                obs.observed_at if final else None,
-            )
-            # A requeued job's earlier attempt ended with a failure that Slurm no longer reports.
-            await tx.conn.execute(
-                """UPDATE attempts SET state='REQUEUED', ended_at=COALESCE(ended_at, $4), updated_at=now()
+                """WITH job AS (
+                       UPDATE jobs SET name=$8, comment=$9, partition=$10, options=$11, option_errors=$12, mode=$13,
+                           state=$4, reason=$14, restarts=GREATEST(restarts, $3), policy_name=$15, policy=$16,
+                           partition_nodes=COALESCE($17, partition_nodes), updated_at=now()
+                       WHERE cluster=$1 AND job_id=$2),
+                   attempt AS (
+                       INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code, ended_at)
+                       VALUES ($1,$2,$3,$4,$5,$6,$7)
+                       ON CONFLICT (cluster, job_id, idx) DO UPDATE SET state=EXCLUDED.state,
+                           nodes=CASE WHEN cardinality(EXCLUDED.nodes) > 0 THEN EXCLUDED.nodes ELSE attempts.nodes END,
+                           exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code),
+                           ended_at=COALESCE(attempts.ended_at, EXCLUDED.ended_at), updated_at=now())
+                   UPDATE attempts SET state='REQUEUED', ended_at=COALESCE(ended_at, $18), updated_at=now()
                    WHERE cluster=$1 AND job_id=$2 AND idx < $3 AND state NOT IN
                    ('FAILED','NODE_FAIL','TIMEOUT','OUT_OF_MEMORY','BOOT_FAIL','PREEMPTED','REQUEUED')""",
-                obs.cluster, obs.job_id, obs.restarts, obs.observed_at,
+                obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
+                obs.observed_at if final else None,
+                obs.name, obs.comment[:4096], obs.partition,
+                json.dumps(optin.options), json.dumps(list(policy.option_errors)),
+                "observe" if policy.observe_only else "act", obs.reason,
+                policy.name, json.dumps(policy.as_dict()), obs.partition_nodes, obs.observed_at,
             )
             if policy.option_errors:
                 digest = hashlib.sha256(obs.comment.encode("utf-8", "replace")).hexdigest()[:16]
@@ -222,6 +236,82 @@ class Ledger:
         await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id = ANY($1::bigint[])", outbox_ids)
 
 
+_LOCK_JOB = "SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE"
+
+_HISTORY = """SELECT
+    ARRAY(SELECT ROW(attempt, generation, fault_class, issued_at, operation, status, expires_at, exclude_nodes)
+          FROM advice WHERE cluster=$1 AND job_id=$2 ORDER BY generation) AS advice,
+    ARRAY(SELECT detail FROM audit WHERE cluster=$1 AND job_id=$2 AND service='decider'
+          AND action IN ('stop', 'observe')) AS stopped,
+    ARRAY(SELECT ROW(idx, state, exit_code, high_step, first_seen, ended_at, nodes)
+          FROM attempts WHERE cluster=$1 AND job_id=$2 ORDER BY idx) AS attempts,
+    ARRAY(SELECT ROW(attempt, node, confidence, reasons)
+          FROM suspects WHERE cluster=$1 AND job_id=$2 ORDER BY attempt, node) AS suspects,
+    ARRAY(SELECT idempotency_key FROM audit WHERE cluster=$1 AND job_id=$2 AND service='actuator'
+          AND action='launch refused') AS refused"""
+"""Everything History holds, as arrays of rows (asyncpg returns each row as a tuple): one round trip,
+where five SELECTs were five."""
+
+_OVERRIDE = """(SELECT ROW(mode, reason, actor) FROM operator_overrides WHERE cluster=$1 AND job_id=$2
+                ORDER BY at DESC, id DESC LIMIT 1) AS override"""
+
+_HISTORY_AND_OVERRIDE = f"{_HISTORY}, {_OVERRIDE}"
+
+_NODE_EVIDENCE = """SELECT
+    ARRAY(SELECT ROW(node, verdict, reasons, at) FROM node_events e
+          WHERE cluster=$1 AND node = ANY($3) AND at >= $4
+            AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node),
+                              '-infinity')
+          ORDER BY at) AS events,
+    ARRAY(SELECT ROW(n, job_id, max(issued_at)) FROM advice, unnest(exclude_nodes) AS n
+          WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $5 AND exclude_nodes && $3 AND n = ANY($3)
+            AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
+                                      WHERE c.cluster=$1 AND c.node=n), '-infinity')
+            AND NOT (
+              EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
+                      WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
+                        AND split_part(r, ':', 4) LIKE 'excluded for %')
+              AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
+                              WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
+                                AND split_part(r, ':', 4) NOT LIKE 'excluded for %'))
+          GROUP BY n, job_id) AS history"""
+"""node_events and node_history (JobTx) in one statement: $3 the nodes, $4 events since, $5 history since."""
+
+
+def _history(job: dict, row: asyncpg.Record) -> History:
+    advice = row["advice"]
+    decided = {r[0] for r in advice}
+    decided |= {json.loads(detail).get("attempt", -1) for detail in row["stopped"]}
+    return History(
+        decided_attempts=frozenset(decided),
+        last_generation=max(max((r[1] for r in advice), default=0),
+                            job.get("generation_floor") or 0),  # generations of retired jobs (0007)
+        user_cancelled=job.get("state") == "CANCELLED",
+        attempts=tuple(AttemptRecord(index=idx, started_at=first_seen, ended_at=ended_at, high_step=high_step,
+                                     exit_code=exit_code, state=state, nodes=tuple(nodes or ()))
+                       for idx, state, exit_code, high_step, first_seen, ended_at, nodes in row["attempts"]),
+        restarts=tuple(RestartRecord(attempt=attempt, generation=generation, fault_class=fault_class, at=issued_at,
+                                     status=status, expires_at=expires_at, exclude_nodes=tuple(exclude or ()))
+                       for attempt, generation, fault_class, issued_at, operation, status, expires_at, exclude
+                       in advice if operation == "restart"),
+        partition=job.get("partition") or "",
+        partition_nodes=job.get("partition_nodes"),
+        suspects=tuple((attempt, node, float(confidence), tuple(json.loads(reasons)))
+                       for attempt, node, confidence, reasons in row["suspects"]),
+        # The actuator's "launch refused" entries (domain/history.py); the key ends with the attempt.
+        launch_refused=frozenset(int(tail) for key in row["refused"]
+                                 if (tail := key.rsplit(".", 1)[-1]).isdigit()),
+    )
+
+
+def _override(row) -> tuple[str, str] | None:
+    if row is None:
+        return None
+    mode, reason, actor = row
+    who = f" by {actor}" if actor else ""
+    return mode, f"an operator switched the job to {mode}{who}: {reason or 'no reason given'}"
+
+
 class JobTx:
     """Operations inside one job's locked transaction."""
 
@@ -258,59 +348,27 @@ class JobTx:
         return True
 
     async def history(self) -> History:
-        rows = await self.conn.fetch(
-            "SELECT attempt, generation, fault_class, issued_at, operation, status, expires_at, exclude_nodes "
-            "FROM advice WHERE cluster=$1 AND job_id=$2 ORDER BY generation", self.cluster, self.job_id)
-        stopped = await self.conn.fetch(
-            "SELECT detail FROM audit WHERE cluster=$1 AND job_id=$2 AND service='decider' AND action IN ('stop', 'observe')",
-            self.cluster, self.job_id)
-        attempts = await self.conn.fetch(
-            "SELECT idx, state, exit_code, high_step, first_seen, ended_at, nodes FROM attempts "
-            "WHERE cluster=$1 AND job_id=$2 ORDER BY idx", self.cluster, self.job_id)
-        suspects = await self.conn.fetch(
-            "SELECT attempt, node, confidence, reasons FROM suspects WHERE cluster=$1 AND job_id=$2 "
-            "ORDER BY attempt, node", self.cluster, self.job_id)
-        # The actuator's "launch refused" entries (domain/history.py); the key ends with the attempt.
-        refused = await self.conn.fetch(
-            "SELECT idempotency_key FROM audit WHERE cluster=$1 AND job_id=$2 AND service='actuator' "
-            "AND action='launch refused'", self.cluster, self.job_id)
-        decided = {r["attempt"] for r in rows}
-        decided |= {json.loads(r["detail"]).get("attempt", -1) for r in stopped}
-        return History(
-            decided_attempts=frozenset(decided),
-            last_generation=max(max((r["generation"] for r in rows), default=0),
-                                self.row.get("generation_floor") or 0),  # generations of retired jobs (0007)
-            user_cancelled=self.row.get("state") == "CANCELLED",
-            attempts=tuple(AttemptRecord(index=r["idx"], started_at=r["first_seen"], ended_at=r["ended_at"],
-                                         high_step=r["high_step"], exit_code=r["exit_code"], state=r["state"],
-                                         nodes=tuple(r["nodes"] or ()))
-                           for r in attempts),
-            restarts=tuple(RestartRecord(attempt=r["attempt"], generation=r["generation"],
-                                         fault_class=r["fault_class"], at=r["issued_at"], status=r["status"],
-                                         expires_at=r["expires_at"], exclude_nodes=tuple(r["exclude_nodes"] or ()))
-                           for r in rows if r["operation"] == "restart"),
-            partition=self.row.get("partition") or "",
-            partition_nodes=self.row.get("partition_nodes"),
-            suspects=tuple((r["attempt"], r["node"], float(r["confidence"]), tuple(json.loads(r["reasons"])))
-                           for r in suspects),
-            launch_refused=frozenset(int(tail) for r in refused
-                                     if (tail := r["idempotency_key"].rsplit(".", 1)[-1]).isdigit()),
-        )
+        """The job's decision history (domain/history.py), read in one statement."""
+        return _history(self.row, await self.conn.fetchrow(_HISTORY, self.cluster, self.job_id))
+
+    async def read(self) -> tuple[History, tuple[str, str] | None]:
+        """The history and the operator override in force (`operator_mode`), in one round trip."""
+        row = await self.conn.fetchrow(_HISTORY_AND_OVERRIDE, self.cluster, self.job_id)
+        return _history(self.row, row), _override(row["override"])
 
     async def operator_mode(self) -> tuple[str, str] | None:
         """The operator override in force (mode, reason), set through the API; None when there is none."""
-        row = await self.conn.fetchrow(
-            "SELECT mode, reason, actor FROM operator_overrides WHERE cluster=$1 AND job_id=$2 "
-            "ORDER BY at DESC, id DESC LIMIT 1", self.cluster, self.job_id)
-        if row is None:
-            return None
-        who = f" by {row['actor']}" if row["actor"] else ""
-        return row["mode"], f"an operator switched the job to {row['mode']}{who}: {row['reason'] or 'no reason given'}"
+        return _override(await self.conn.fetchval(f"SELECT {_OVERRIDE}", self.cluster, self.job_id))
 
-    async def attempt_nodes(self, attempt: int) -> list[str]:
-        nodes = await self.conn.fetchval("SELECT nodes FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=$3",
-                                         self.cluster, self.job_id, attempt)
-        return list(nodes or [])
+    async def node_evidence(self, nodes: list[str], events_since, history_since) -> tuple[
+            list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
+        """`node_events` and `node_history` of the same nodes, in one round trip."""
+        row = await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since, history_since)
+        events = [NodeEvent(node, verdict, tuple(json.loads(reasons)), at) for node, verdict, reasons, at in row["events"]]
+        out: dict[str, tuple[tuple[str, object], ...]] = {}
+        for node, job_id, at in row["history"]:
+            out[node] = out.get(node, ()) + ((job_id, at),)
+        return events, out
 
     async def node_history(self, nodes: list[str], since) -> dict[str, tuple[tuple[str, object], ...]]:
         """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
@@ -321,42 +379,35 @@ class JobTx:
         An exclusion made on history alone (the node's only evidence ref is the history rule's "excluded
         for N other jobs") does not count: otherwise a node, once over the threshold, would be excluded by
         every later failing job and each of those exclusions would keep it there (a feedback loop)."""
-        rows = await self.conn.fetch(
-            """SELECT n AS node, job_id, max(issued_at) AS at FROM advice, unnest(exclude_nodes) AS n
-               WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $3 AND exclude_nodes && $4 AND n = ANY($4)
-                 AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
-                                           WHERE c.cluster=$1 AND c.node=n), '-infinity')
-                 AND NOT (
-                   EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
-                           WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
-                             AND split_part(r, ':', 4) LIKE 'excluded for %')
-                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
-                                   WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
-                                     AND split_part(r, ':', 4) NOT LIKE 'excluded for %'))
-               GROUP BY n, job_id""",
-            self.cluster, self.job_id, since, nodes)
-        out: dict[str, tuple[tuple[str, object], ...]] = {}
-        for r in rows:
-            out[r["node"]] = out.get(r["node"], ()) + ((r["job_id"], r["at"]),)
-        return out
+        return (await self.node_evidence(nodes, since, since))[1]
 
     async def save_suspects(self, attempt: int, suspects, excluded, anomaly_id: str, at) -> None:
-        """What attribution said of the attempt's nodes; a node keeps its most confident finding."""
-        for s in suspects:
-            await self.conn.execute(
-                """INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
-                   VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
-                   ON CONFLICT (cluster, job_id, attempt, node) DO UPDATE SET
-                       excluded = suspects.excluded OR EXCLUDED.excluded,
-                       confidence = GREATEST(suspects.confidence, EXCLUDED.confidence),
-                       reasons = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.reasons
-                                      ELSE suspects.reasons END,
-                       anomaly_id = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.anomaly_id
-                                         ELSE suspects.anomaly_id END,
-                       at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at
-                                 ELSE suspects.at END""",
-                self.cluster, self.job_id, attempt, s.node, s.confidence, json.dumps(list(s.reasons)),
-                s.node in excluded, anomaly_id, at)
+        """What attribution said of the attempt's nodes; a node keeps its most confident finding. One
+        statement for all of them (attribution names each node once; a repeated node is merged first,
+        as one statement may not update a row twice)."""
+        best: dict[str, object] = {}
+        for s in suspects:  # in order: the first of equally confident findings stays, as row by row
+            if s.node not in best or s.confidence > best[s.node].confidence:
+                best[s.node] = s
+        if not best:
+            return
+        found = list(best.values())
+        await self.conn.execute(
+            """INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
+               SELECT $1, $2, $3, u.node, u.confidence, u.reasons::jsonb, u.excluded, $4, $5
+               FROM unnest($6::text[], $7::real[], $8::text[], $9::boolean[]) AS u(node, confidence, reasons, excluded)
+               ON CONFLICT (cluster, job_id, attempt, node) DO UPDATE SET
+                   excluded = suspects.excluded OR EXCLUDED.excluded,
+                   confidence = GREATEST(suspects.confidence, EXCLUDED.confidence),
+                   reasons = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.reasons
+                                  ELSE suspects.reasons END,
+                   anomaly_id = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.anomaly_id
+                                     ELSE suspects.anomaly_id END,
+                   at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at
+                             ELSE suspects.at END""",
+            self.cluster, self.job_id, attempt, anomaly_id, at, [f.node for f in found],
+            [f.confidence for f in found], [json.dumps(list(f.reasons)) for f in found],
+            [f.node in excluded for f in found])
 
     async def join_advice(self, generation: int, refs: list[str]) -> None:
         """Add evidence to an open Advice's ledger row (the published Advice is not changed)."""
@@ -368,15 +419,21 @@ class JobTx:
             self.cluster, self.job_id, generation, json.dumps(refs))
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
-        rows = await self.conn.fetch(
-            "SELECT node, verdict, reasons, at FROM node_events e WHERE cluster=$1 AND node = ANY($2) AND at >= $3 "
-            "AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node), "
-            "'-infinity') ORDER BY at", self.cluster, nodes, since)
-        return [NodeEvent(r["node"], r["verdict"], tuple(json.loads(r["reasons"])), r["at"]) for r in rows]
+        """The nodes' health events since `since`, after each node's newest clearance, oldest first."""
+        return (await self.node_evidence(nodes, since, since))[0]
 
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
+        """The anomaly's row (False: it was there already), and, in the same statement, the attempt's
+        record: it keeps the highest step any report gave (GREATEST skips NULL); the scheduler's own
+        exit code, when the observer recorded one, wins over the anomaly's copy."""
         inserted = await self.conn.fetchval(
-            """INSERT INTO anomalies (anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category,
+            """WITH attempt AS (
+                   INSERT INTO attempts (cluster, job_id, idx, high_step, exit_code)
+                   SELECT $2, $3, $4, $15::bigint, $16::integer WHERE $15::bigint IS NOT NULL OR $16::integer IS NOT NULL
+                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET
+                       high_step=GREATEST(attempts.high_step, EXCLUDED.high_step),
+                       exit_code=COALESCE(attempts.exit_code, EXCLUDED.exit_code), updated_at=now())
+               INSERT INTO anomalies (anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category,
                    fault_domain, action, summary, nodes, evidence, detected_at, last_step, exit_code)
                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT (anomaly_id) DO NOTHING
                RETURNING anomaly_id""",
@@ -384,30 +441,24 @@ class JobTx:
             a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
             a.detected_at, a.last_step, a.exit_code,
         )
-        if a.last_step is not None or a.exit_code is not None:
-            # The attempt's record keeps the highest step any report gave (GREATEST skips NULL); the
-            # scheduler's own exit code, when the observer recorded one, wins over the anomaly's copy.
-            await self.conn.execute(
-                """INSERT INTO attempts (cluster, job_id, idx, high_step, exit_code) VALUES ($1,$2,$3,$4,$5)
-                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET
-                       high_step=GREATEST(attempts.high_step, EXCLUDED.high_step),
-                       exit_code=COALESCE(attempts.exit_code, EXCLUDED.exit_code), updated_at=now()""",
-                a.cluster, a.job_id, a.attempt, a.last_step, a.exit_code,
-            )
         return inserted is not None
 
     async def save_advice(self, advice: Advice, subject: str, msg_id: str, fault_class: str = "unknown") -> None:
+        """The Advice's row, its outbox entry and the job's verdict ("recovering"), in one statement."""
         await self.conn.execute(
-            """INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
-                   evidence_refs, policy, issued_at, expires_at, fault_class)
-               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)""",
+            """WITH a AS (
+                   INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
+                       evidence_refs, policy, issued_at, expires_at, fault_class)
+                   VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)),
+               o AS (
+                   INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($13,$14,$15,$16))
+               UPDATE jobs SET verdict='recovering', verdict_reason=$7, updated_at=now()
+               WHERE cluster=$1 AND job_id=$2""",
             advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
             advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
             advice.issued_at, advice.expires_at, fault_class,
+            subject, msg_id, dump(advice), telemetry.current_traceparent(),
         )
-        await self.conn.execute("INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4)",
-                                subject, msg_id, dump(advice), telemetry.current_traceparent())
-        await self.set_verdict("recovering", advice.reason)
 
     async def set_verdict(self, verdict: str, reason: str) -> None:
         await self.conn.execute("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() "
@@ -415,16 +466,17 @@ class JobTx:
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
         """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
-        <c>.<job>, Msg-Id = the key): custom consumers and the notifier hear of every decision, a stop
-        included, exactly once. The decider's own audit consumer finds the row there already (same key)."""
-        await self.conn.execute(
-            """INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
-               VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
-            self.cluster, self.job_id, action, json.dumps(detail), key, at,
-        )
+        <c>.<job>, Msg-Id = the key), in one statement: custom consumers and the notifier hear of every
+        decision, a stop included, exactly once. The decider's own audit consumer skips the entries
+        it wrote itself (handlers.Decider.on_audit): the row is here already."""
+        text = json.dumps(detail)
         entry = AuditEntry(cluster=self.cluster, job_id=self.job_id, service="decider", action=action,
-                           detail=json.dumps(detail), idempotency_key=key, at=at)
+                           detail=text, idempotency_key=key, at=at)
         await self.conn.execute(
-            "INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4) "
-            "ON CONFLICT (msg_id) DO NOTHING",
-            subjects.event_audit(self.cluster, self.job_id), key, dump(entry), telemetry.current_traceparent())
+            """WITH a AS (
+                   INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
+                   VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING)
+               INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($7,$5,$8,$9)
+               ON CONFLICT (msg_id) DO NOTHING""",
+            self.cluster, self.job_id, action, text, key, at,
+            subjects.event_audit(self.cluster, self.job_id), dump(entry), telemetry.current_traceparent())
