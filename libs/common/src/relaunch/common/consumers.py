@@ -62,7 +62,7 @@ DETECTOR_LOGS = Consumer("detector", subjects.DETECTOR_LOGS, LogBatch,
                          per_subject=True, batch=64, engine="ingest")
 DETECTOR_PROGRESS = Consumer("detector", subjects.DETECTOR_PROGRESS, ProgressReported,
                              "Progress reports (relaunch.client or a log parser): hangs and stragglers.",
-                             batch=256, engine="ingest")
+                             batch=512, engine="ingest")
 DETECTOR_JOBS = Consumer("detector", subjects.DETECTOR_JOBS, JobObserved,
                          "The scheduler's view of each job: what to follow, failures Slurm reports.",
                          per_subject=True, batch=64)
