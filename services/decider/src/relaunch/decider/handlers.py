@@ -16,9 +16,10 @@ from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicySet, resolve
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
 
-from .adapters.ledger import FINAL_STATES, Ledger
+from .adapters.ledger import FINAL_STATES, JobTx, Ledger
 from .domain import attribution, reputation
-from .domain.policy import decide
+from .domain.attribution import Suspect
+from .domain.policy import Decision, Policy, decide
 from .outbox import OutboxPublisher
 
 log = logging.getLogger(__name__)
@@ -61,11 +62,17 @@ class Decider:
 
     async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         now = utcnow()
-        async with self.ledger.job_tx(anomaly.cluster, anomaly.job_id) as tx:
+        # Three round trips before the commit: the job locked with the anomaly recorded (rolled back if
+        # it must wait, below), everything the decision reads, and everything it writes.
+        async with self.ledger.anomaly_tx(anomaly) as tx:
             if not tx.row.get("comment"):
                 # The observer publishes JobObserved before any anomaly can exist; wait for it.
                 raise TemporaryError("job not observed yet; its policy is unknown", delay=1.0)
-            history, override = await tx.read()
+            # The anomaly's step and exit code are the attempt's already; the waits below read nothing
+            # that they changed. The nodes attributed: the attempt's as the ledger knows them, else the
+            # anomaly's own.
+            history, override, events, node_history = await tx.read_for(
+                anomaly, anomaly.detected_at - attribution.WINDOW, now - reputation.horizon(self.half_life))
             record = history.attempt(anomaly.attempt)
             if (anomaly.source == "scheduler" and anomaly.exit_code is None
                     and (record is None or record.state not in FINAL_STATES)
@@ -78,68 +85,71 @@ class Decider:
                     and delivery.num_delivered < WAIT_FOR_NODES_DELIVERIES
                     and not (record is not None and record.nodes)):
                 raise TemporaryError("the attempt's nodes are not in the ledger yet", delay=0.5)
-            if not await tx.save_anomaly(anomaly):
+            if not tx.inserted:
                 # Already in the ledger: its decision was taken and committed with it (one transaction).
                 log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)
                 return
-            if anomaly.last_step is not None or anomaly.exit_code is not None:
-                history = await tx.history()  # the anomaly's step and exit code are now the attempt's
             # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
             policy = resolve(parse_comment(tx.row["comment"]), self.policies)
             if override is not None and override[0] == "observe":  # an operator's word beats the comment
                 policy = replace(policy, observe_only=True, option_errors=(override[1],))
-            record = history.attempt(anomaly.attempt)
             job_nodes = list(record.nodes if record is not None and record.nodes else anomaly.nodes)
-            events, node_history = await tx.node_evidence(job_nodes, anomaly.detected_at - attribution.WINDOW,
-                                                          now - reputation.horizon(self.half_life))
             suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
                                              previous=history.implicated(anomaly.attempt - 1),
                                              ib_pair=policy.ib_pair, half_life=self.half_life)
             decision = decide(history, anomaly, policy, now, suspects)
             DECISIONS.labels(decision.kind, decision.rule).inc()
-            await tx.save_suspects(anomaly.attempt, suspects, decision.exclude_nodes, anomaly.anomaly_id, now)
-            detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
-                      "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
-            if decision.left_in:
-                detail["left_in"] = list(decision.left_in)
-            if decision.exclude_nodes:
-                detail["exclude_nodes"] = list(decision.exclude_nodes)
-            key = f"decider.{anomaly.anomaly_id}"
-            refs = [f"anomaly:{anomaly.anomaly_id}"] + [
-                f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
-            if decision.kind == "none":
-                return
-            if decision.kind == "join":
-                await tx.join_advice(decision.generation, refs)
-                await tx.audit("join", {**detail, "generation": decision.generation}, key, now)
-                log.info("job %s/%s attempt %d: %s joined advice generation %d", anomaly.cluster, anomaly.job_id,
-                         anomaly.attempt, anomaly.anomaly_id, decision.generation)
-                return
-            if decision.kind == "report":
-                await tx.audit("report", detail, key, now)
-                return
-            if decision.kind in ("stop", "observe"):
-                await tx.audit(decision.kind, detail, key, now)
-                await tx.set_verdict("stopped" if decision.kind == "stop" else "observing", decision.reason)
-                log.info("job %s/%s attempt %d: %s (%s)", anomaly.cluster, anomaly.job_id, anomaly.attempt,
-                         decision.kind, decision.reason)
-                return
-            assert decision.expires_at is not None
-            operation = "terminate" if decision.kind == "terminate" else "restart"
-            if operation == "terminate":
-                await tx.set_verdict("stopped", decision.reason)
-            advice = Advice(
-                cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
-                generation=decision.generation, operation=operation, exclude_nodes=list(decision.exclude_nodes),
-                reason=decision.reason[:4000], evidence_refs=refs,
-                policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
-            )
-            msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
-            await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id, decision.fault_class)
-            await tx.audit(operation, {**detail, "generation": advice.generation}, key, now)
-            log.info("job %s/%s attempt %d: %s, advice generation %d", anomaly.cluster, anomaly.job_id,
-                     anomaly.attempt, operation, advice.generation)
-        ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
+            async with tx.together():  # one statement
+                advice = await self._record(tx, anomaly, policy, decision, suspects, now)
+        if advice is not None:
+            ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
+
+    async def _record(self, tx: JobTx, anomaly: AnomalyDetected, policy: Policy, decision: Decision,
+                      suspects: list[Suspect], now: dt.datetime) -> Advice | None:
+        """The decision's writes (inside `tx.together()`); the Advice issued, if any."""
+        await tx.save_suspects(anomaly.attempt, suspects, decision.exclude_nodes, anomaly.anomaly_id, now)
+        detail = {"attempt": anomaly.attempt, "rule": decision.rule, "reason": decision.reason,
+                  "anomaly": anomaly.anomaly_id, "policy": policy.name, "fault_class": decision.fault_class}
+        if decision.left_in:
+            detail["left_in"] = list(decision.left_in)
+        if decision.exclude_nodes:
+            detail["exclude_nodes"] = list(decision.exclude_nodes)
+        key = f"decider.{anomaly.anomaly_id}"
+        refs = [f"anomaly:{anomaly.anomaly_id}"] + [
+            f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
+        if decision.kind == "none":
+            return None
+        if decision.kind == "join":
+            await tx.join_advice(decision.generation, refs)
+            await tx.audit("join", {**detail, "generation": decision.generation}, key, now)
+            log.info("job %s/%s attempt %d: %s joined advice generation %d", anomaly.cluster, anomaly.job_id,
+                     anomaly.attempt, anomaly.anomaly_id, decision.generation)
+            return None
+        if decision.kind == "report":
+            await tx.audit("report", detail, key, now)
+            return None
+        if decision.kind in ("stop", "observe"):
+            await tx.audit(decision.kind, detail, key, now)
+            await tx.set_verdict("stopped" if decision.kind == "stop" else "observing", decision.reason)
+            log.info("job %s/%s attempt %d: %s (%s)", anomaly.cluster, anomaly.job_id, anomaly.attempt,
+                     decision.kind, decision.reason)
+            return None
+        assert decision.expires_at is not None
+        operation = "terminate" if decision.kind == "terminate" else "restart"
+        if operation == "terminate":
+            await tx.set_verdict("stopped", decision.reason)
+        advice = Advice(
+            cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
+            generation=decision.generation, operation=operation, exclude_nodes=list(decision.exclude_nodes),
+            reason=decision.reason[:4000], evidence_refs=refs,
+            policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
+        )
+        msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
+        await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id, decision.fault_class)
+        await tx.audit(operation, {**detail, "generation": advice.generation}, key, now)
+        log.info("job %s/%s attempt %d: %s, advice generation %d", anomaly.cluster, anomaly.job_id,
+                 anomaly.attempt, operation, advice.generation)
+        return advice
 
     async def on_reconcile(self, status: ReconcileStatus, delivery: Delivery) -> None:
         await self.ledger.record_reconcile(status, dedupe_key=f"{subjects.EVENTS.name}.{delivery.stream_seq}")

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -122,6 +123,19 @@ class Ledger:
                                        cluster, job_id)
                     row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)
                 yield JobTx(conn, cluster, job_id, dict(row))
+
+    @asynccontextmanager
+    async def anomaly_tx(self, anomaly: AnomalyDetected) -> AsyncIterator[JobTx]:
+        """`job_tx` for a decision on `anomaly`, begun in one round trip (migration 0010): the job's row
+        locked, the anomaly recorded (`JobTx.inserted`: False when it was there already) with its
+        attempt's step and exit code. Rolled back, as every transaction here, when the caller raises
+        (an anomaly that must wait is not kept)."""
+        with postgres_outage():
+            async with self.pool.acquire() as conn, conn.transaction():
+                row = await conn.fetchrow(_TAKE_ANOMALY, *_anomaly_args(anomaly))
+                tx = JobTx(conn, anomaly.cluster, anomaly.job_id, dict(row["job"]))
+                tx.inserted = row["inserted"]
+                yield tx
 
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
         """`policy` is the job's effective policy, resolved from its comment by the caller. Invalid
@@ -257,14 +271,14 @@ _OVERRIDE = """(SELECT ROW(mode, reason, actor) FROM operator_overrides WHERE cl
 
 _HISTORY_AND_OVERRIDE = f"{_HISTORY}, {_OVERRIDE}"
 
-_NODE_EVIDENCE = """SELECT
-    ARRAY(SELECT ROW(node, verdict, reasons, at) FROM node_events e
-          WHERE cluster=$1 AND node = ANY($3) AND at >= $4
+_EVIDENCE = """ARRAY(SELECT ROW(node, verdict, reasons, at) FROM node_events e
+          WHERE cluster=$1 AND node = ANY(:nodes) AND at >= :events_since
             AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node),
                               '-infinity')
           ORDER BY at) AS events,
     ARRAY(SELECT ROW(n, job_id, max(issued_at)) FROM advice, unnest(exclude_nodes) AS n
-          WHERE cluster=$1 AND job_id <> $2 AND issued_at >= $5 AND exclude_nodes && $3 AND n = ANY($3)
+          WHERE cluster=$1 AND job_id <> $2 AND issued_at >= :history_since AND exclude_nodes && :nodes
+            AND n = ANY(:nodes)
             AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
                                       WHERE c.cluster=$1 AND c.node=n), '-infinity')
             AND NOT (
@@ -275,7 +289,72 @@ _NODE_EVIDENCE = """SELECT
                               WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
                                 AND split_part(r, ':', 4) NOT LIKE 'excluded for %'))
           GROUP BY n, job_id) AS history"""
+"""The nodes' health events and their exclusions by other jobs (`JobTx.node_evidence`), as two columns;
+:nodes, :events_since and :history_since are filled in by the statement that uses them."""
+
+
+def _evidence(nodes: str, events_since: str, history_since: str) -> str:
+    return (_EVIDENCE.replace(":nodes", nodes).replace(":events_since", events_since)
+            .replace(":history_since", history_since))
+
+
+_NODE_EVIDENCE = "SELECT " + _evidence("$3::text[]", "$4", "$5")
 """node_events and node_history (JobTx) in one statement: $3 the nodes, $4 events since, $5 history since."""
+
+_DECISION_READ = (f"{_HISTORY}, {_OVERRIDE}, " + _evidence(
+    # The attempt's nodes as the ledger knows them, else the anomaly's ($4): what the caller attributes.
+    # (cast, so that ANY() takes it for an array, not for a subquery's rows)
+    "(SELECT COALESCE((SELECT nodes FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=$3"
+    " AND cardinality(nodes) > 0), $4::text[]))::text[]", "$5", "$6"))
+"""Everything a decision reads once its job is locked, in one round trip: the history, the operator
+override and the node evidence ($3 the attempt, $4 the anomaly's nodes, $5 events since, $6 history
+since)."""
+
+_TAKE_ANOMALY = "SELECT job, inserted FROM take_anomaly($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
+
+
+def _anomaly_args(a: AnomalyDetected) -> tuple:
+    return (a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
+            a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
+            a.detected_at, a.last_step, a.exit_code)
+
+
+def _evidence_of(row) -> tuple[list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
+    events = [NodeEvent(node, verdict, tuple(json.loads(reasons)), at) for node, verdict, reasons, at in row["events"]]
+    out: dict[str, tuple[tuple[str, object], ...]] = {}
+    for node, job_id, at in row["history"]:
+        out[node] = out.get(node, ()) + ((job_id, at),)
+    return events, out
+
+
+class _Writes:
+    """A decision's writes, sent as one statement of data-modifying CTEs (`JobTx.together`). Each part
+    keeps its own $-numbering and is renumbered here. Parts of one statement see the same snapshot
+    and may not change one row twice: a part given a `key` replaces the earlier part with that key
+    (the job's verdict, written last, as it would have been statement by statement)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[str | None, str, tuple]] = []
+
+    def add(self, sql: str, args: tuple, key: str | None = None) -> None:
+        if key is not None:
+            self.parts = [p for p in self.parts if p[0] != key]
+        self.parts.append((key, sql, args))
+
+    def statement(self) -> tuple[str, list]:
+        texts, args = [], []
+        for _, sql, part_args in self.parts:
+            base = len(args)
+            texts.append(_PARAM.sub(lambda m: f"${int(m.group(1)) + base}", sql) if base else sql)
+            args.extend(part_args)
+        *ctes, last = texts
+        head = "WITH " + ", ".join(f"w{i} AS ({t})" for i, t in enumerate(ctes)) + " " if ctes else ""
+        return head + last, args
+
+
+_PARAM = re.compile(r"\$(\d+)")
+
+_OUTBOX = "INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4)"
 
 
 def _history(job: dict, row: asyncpg.Record) -> History:
@@ -317,6 +396,32 @@ class JobTx:
 
     def __init__(self, conn: asyncpg.Connection, cluster: str, job_id: str, row: dict) -> None:
         self.conn, self.cluster, self.job_id, self.row = conn, cluster, job_id, row
+        self.inserted: bool | None = None
+        """`Ledger.anomaly_tx`: whether its anomaly was new (None: not begun with an anomaly)."""
+        self._writes: _Writes | None = None
+
+    @asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        """The writes made inside (save_suspects, save_advice, join_advice, set_verdict, audit) sent as
+        one statement when the block ends, one round trip instead of one each; nothing is sent when it
+        raises. Nothing inside may read what they write: they are not in the ledger until the end."""
+        self._writes = _Writes()
+        try:
+            yield
+            writes = self._writes
+        finally:
+            self._writes = None
+        if writes.parts:
+            sql, args = writes.statement()
+            await self.conn.execute(sql, *args)
+
+    async def _write(self, *parts: tuple[str, tuple, str | None]) -> None:
+        writes = self._writes if self._writes is not None else _Writes()
+        for sql, args, key in parts:
+            writes.add(sql, args, key)
+        if writes is not self._writes:
+            sql, args = writes.statement()
+            await self.conn.execute(sql, *args)
 
     async def same_job(self, submit_time) -> bool:
         """Job identity (migration 0007, docs/architecture.md): is an observation with this first-attempt
@@ -351,6 +456,14 @@ class JobTx:
         """The job's decision history (domain/history.py), read in one statement."""
         return _history(self.row, await self.conn.fetchrow(_HISTORY, self.cluster, self.job_id))
 
+    async def read_for(self, anomaly: AnomalyDetected, events_since, history_since) -> tuple[
+            History, tuple[str, str] | None, list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
+        """`read` and `node_evidence` in one round trip, for the nodes a decision on `anomaly` attributes:
+        its attempt's as the ledger knows them, else the anomaly's own."""
+        row = await self.conn.fetchrow(_DECISION_READ, self.cluster, self.job_id, anomaly.attempt, anomaly.nodes,
+                                       events_since, history_since)
+        return (_history(self.row, row), _override(row["override"])) + _evidence_of(row)
+
     async def read(self) -> tuple[History, tuple[str, str] | None]:
         """The history and the operator override in force (`operator_mode`), in one round trip."""
         row = await self.conn.fetchrow(_HISTORY_AND_OVERRIDE, self.cluster, self.job_id)
@@ -363,12 +476,8 @@ class JobTx:
     async def node_evidence(self, nodes: list[str], events_since, history_since) -> tuple[
             list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
         """`node_events` and `node_history` of the same nodes, in one round trip."""
-        row = await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since, history_since)
-        events = [NodeEvent(node, verdict, tuple(json.loads(reasons)), at) for node, verdict, reasons, at in row["events"]]
-        out: dict[str, tuple[tuple[str, object], ...]] = {}
-        for node, job_id, at in row["history"]:
-            out[node] = out.get(node, ()) + ((job_id, at),)
-        return events, out
+        return _evidence_of(await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since,
+                                                     history_since))
 
     async def node_history(self, nodes: list[str], since) -> dict[str, tuple[tuple[str, object], ...]]:
         """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
@@ -392,7 +501,7 @@ class JobTx:
         if not best:
             return
         found = list(best.values())
-        await self.conn.execute(
+        await self._write((
             """INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
                SELECT $1, $2, $3, u.node, u.confidence, u.reasons::jsonb, u.excluded, $4, $5
                FROM unnest($6::text[], $7::real[], $8::text[], $9::boolean[]) AS u(node, confidence, reasons, excluded)
@@ -405,64 +514,48 @@ class JobTx:
                                      ELSE suspects.anomaly_id END,
                    at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at
                              ELSE suspects.at END""",
-            self.cluster, self.job_id, attempt, anomaly_id, at, [f.node for f in found],
+            (self.cluster, self.job_id, attempt, anomaly_id, at, [f.node for f in found],
             [f.confidence for f in found], [json.dumps(list(f.reasons)) for f in found],
-            [f.node in excluded for f in found])
+            [f.node in excluded for f in found]), None))
 
     async def join_advice(self, generation: int, refs: list[str]) -> None:
         """Add evidence to an open Advice's ledger row (the published Advice is not changed)."""
-        await self.conn.execute(
+        await self._write((
             """UPDATE advice SET evidence_refs = evidence_refs || (
                    SELECT coalesce(jsonb_agg(r), '[]'::jsonb) FROM jsonb_array_elements($4::jsonb) AS r
                    WHERE NOT advice.evidence_refs @> jsonb_build_array(r)), updated_at=now()
                WHERE cluster=$1 AND job_id=$2 AND generation=$3""",
-            self.cluster, self.job_id, generation, json.dumps(refs))
+            (self.cluster, self.job_id, generation, json.dumps(refs)), None))
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         """The nodes' health events since `since`, after each node's newest clearance, oldest first."""
         return (await self.node_evidence(nodes, since, since))[0]
 
     async def save_anomaly(self, a: AnomalyDetected) -> bool:
-        """The anomaly's row (False: it was there already), and, in the same statement, the attempt's
+        """The anomaly's row (False: it was there already), and, in the same round trip, the attempt's
         record: it keeps the highest step any report gave (GREATEST skips NULL); the scheduler's own
-        exit code, when the observer recorded one, wins over the anomaly's copy."""
-        inserted = await self.conn.fetchval(
-            """WITH attempt AS (
-                   INSERT INTO attempts (cluster, job_id, idx, high_step, exit_code)
-                   SELECT $2, $3, $4, $15::bigint, $16::integer WHERE $15::bigint IS NOT NULL OR $16::integer IS NOT NULL
-                   ON CONFLICT (cluster, job_id, idx) DO UPDATE SET
-                       high_step=GREATEST(attempts.high_step, EXCLUDED.high_step),
-                       exit_code=COALESCE(attempts.exit_code, EXCLUDED.exit_code), updated_at=now())
-               INSERT INTO anomalies (anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category,
-                   fault_domain, action, summary, nodes, evidence, detected_at, last_step, exit_code)
-               VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT (anomaly_id) DO NOTHING
-               RETURNING anomaly_id""",
-            a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
-            a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
-            a.detected_at, a.last_step, a.exit_code,
-        )
-        return inserted is not None
+        exit code, when the observer recorded one, wins over the anomaly's copy (migration 0010)."""
+        row = await self.conn.fetchrow(_TAKE_ANOMALY, *_anomaly_args(a))  # the row is locked already
+        return row["inserted"]
 
     async def save_advice(self, advice: Advice, subject: str, msg_id: str, fault_class: str = "unknown") -> None:
         """The Advice's row, its outbox entry and the job's verdict ("recovering"), in one statement."""
-        await self.conn.execute(
-            """WITH a AS (
-                   INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
-                       evidence_refs, policy, issued_at, expires_at, fault_class)
-                   VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)),
-               o AS (
-                   INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($13,$14,$15,$16))
-               UPDATE jobs SET verdict='recovering', verdict_reason=$7, updated_at=now()
-               WHERE cluster=$1 AND job_id=$2""",
-            advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
-            advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
-            advice.issued_at, advice.expires_at, fault_class,
-            subject, msg_id, dump(advice), telemetry.current_traceparent(),
-        )
+        await self._write(
+            ("""INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
+                    evidence_refs, policy, issued_at, expires_at, fault_class)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)""",
+             (advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
+              advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
+              advice.issued_at, advice.expires_at, fault_class), None),
+            (_OUTBOX, (subject, msg_id, dump(advice), telemetry.current_traceparent()), None),
+            self._verdict("recovering", advice.reason))
 
     async def set_verdict(self, verdict: str, reason: str) -> None:
-        await self.conn.execute("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() "
-                                "WHERE cluster=$1 AND job_id=$2", self.cluster, self.job_id, verdict, reason)
+        await self._write(self._verdict(verdict, reason))
+
+    def _verdict(self, verdict: str, reason: str) -> tuple[str, tuple, str]:
+        return ("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() WHERE cluster=$1 AND job_id=$2",
+                (self.cluster, self.job_id, verdict, reason), "verdict")
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
         """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
@@ -472,11 +565,10 @@ class JobTx:
         text = json.dumps(detail)
         entry = AuditEntry(cluster=self.cluster, job_id=self.job_id, service="decider", action=action,
                            detail=text, idempotency_key=key, at=at)
-        await self.conn.execute(
-            """WITH a AS (
-                   INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
-                   VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING)
-               INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($7,$5,$8,$9)
-               ON CONFLICT (msg_id) DO NOTHING""",
-            self.cluster, self.job_id, action, text, key, at,
-            subjects.event_audit(self.cluster, self.job_id), dump(entry), telemetry.current_traceparent())
+        await self._write(
+            ("""INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
+                VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
+             (self.cluster, self.job_id, action, text, key, at), None),
+            (_OUTBOX + " ON CONFLICT (msg_id) DO NOTHING",
+             (subjects.event_audit(self.cluster, self.job_id), key, dump(entry), telemetry.current_traceparent()),
+             None))
