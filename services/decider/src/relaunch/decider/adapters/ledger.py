@@ -142,35 +142,24 @@ class Ledger:
         options get one audit entry per distinct comment, saying exactly what was wrong."""
         optin = parse_comment(obs.comment)
         final = obs.state in FINAL_STATES
+        args = (obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
+                obs.observed_at if final else None, obs.name, obs.comment[:4096], obs.partition,
+                json.dumps(optin.options), json.dumps(list(policy.option_errors)),
+                "observe" if policy.observe_only else "act", obs.reason, policy.name,
+                json.dumps(policy.as_dict()), obs.partition_nodes, obs.observed_at, obs.submit_time,
+                SUBMIT_TIME_SLACK_S)
+        if not policy.option_errors:
+            # The usual case, one round trip (migration 0011): the job on record, its rows written.
+            with postgres_outage():
+                if await self.pool.fetchval(_OBSERVE_JOB, *args):
+                    return
+        # Another job with this id (or options to audit): settled with the job locked, then written.
         async with self.job_tx(obs.cluster, obs.job_id) as tx:
             if not await tx.same_job(obs.submit_time):
                 return
-            # One statement (the three parts touch different rows, so one snapshot serves them all): the
-            # job's row; its attempt's; and a requeued job's earlier attempts, which ended with a failure
-            # that Slurm no longer reports.
-            await tx.conn.execute(
-                """WITH job AS (
-                       UPDATE jobs SET name=$8, comment=$9, partition=$10, options=$11, option_errors=$12, mode=$13,
-                           state=$4, reason=$14, restarts=GREATEST(restarts, $3), policy_name=$15, policy=$16,
-                           partition_nodes=COALESCE($17, partition_nodes), updated_at=now()
-                       WHERE cluster=$1 AND job_id=$2),
-                   attempt AS (
-                       INSERT INTO attempts (cluster, job_id, idx, state, nodes, exit_code, ended_at)
-                       VALUES ($1,$2,$3,$4,$5,$6,$7)
-                       ON CONFLICT (cluster, job_id, idx) DO UPDATE SET state=EXCLUDED.state,
-                           nodes=CASE WHEN cardinality(EXCLUDED.nodes) > 0 THEN EXCLUDED.nodes ELSE attempts.nodes END,
-                           exit_code=COALESCE(EXCLUDED.exit_code, attempts.exit_code),
-                           ended_at=COALESCE(attempts.ended_at, EXCLUDED.ended_at), updated_at=now())
-                   UPDATE attempts SET state='REQUEUED', ended_at=COALESCE(ended_at, $18), updated_at=now()
-                   WHERE cluster=$1 AND job_id=$2 AND idx < $3 AND state NOT IN
-                   ('FAILED','NODE_FAIL','TIMEOUT','OUT_OF_MEMORY','BOOT_FAIL','PREEMPTED','REQUEUED')""",
-                obs.cluster, obs.job_id, obs.restarts, obs.state, obs.nodes, obs.exit_code,
-                obs.observed_at if final else None,
-                obs.name, obs.comment[:4096], obs.partition,
-                json.dumps(optin.options), json.dumps(list(policy.option_errors)),
-                "observe" if policy.observe_only else "act", obs.reason,
-                policy.name, json.dumps(policy.as_dict()), obs.partition_nodes, obs.observed_at,
-            )
+            if not await tx.conn.fetchval(_OBSERVE_JOB, *args):  # same_job made the submit times agree
+                raise RuntimeError(f"job {obs.cluster}/{obs.job_id}: the observation's submit time "
+                                   f"{obs.submit_time} still differs from the ledger's after same_job")
             if policy.option_errors:
                 digest = hashlib.sha256(obs.comment.encode("utf-8", "replace")).hexdigest()[:16]
                 await tx.audit("options_invalid", {"errors": list(policy.option_errors), "policy": policy.name,
@@ -309,6 +298,8 @@ _DECISION_READ = (f"{_HISTORY}, {_OVERRIDE}, " + _evidence(
 """Everything a decision reads once its job is locked, in one round trip: the history, the operator
 override and the node evidence ($3 the attempt, $4 the anomaly's nodes, $5 events since, $6 history
 since)."""
+
+_OBSERVE_JOB = "SELECT observe_job(" + ",".join(f"${i}" for i in range(1, 21)) + ")"
 
 _TAKE_ANOMALY = "SELECT job, inserted FROM take_anomaly($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
 
