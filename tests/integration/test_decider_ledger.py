@@ -225,3 +225,93 @@ async def test_suspects_of_one_attribution_are_saved_in_one_statement_with_the_m
     rows = await ledger.pool.fetch("SELECT node, excluded, anomaly_id FROM suspects WHERE cluster=$1 ORDER BY node",
                                    cluster)
     assert [(r["node"], r["excluded"], r["anomaly_id"]) for r in rows] == [("node1", True, "x1"), ("node2", True, "x1")]
+
+
+async def test_the_writes_of_a_decision_go_together_and_none_of_them_when_it_fails(ledger, unique):
+    """JobTx.together (docs/architecture.md, "Scale"): the writes made inside reach the ledger as one
+    statement when the block ends; a block that raises writes nothing; the verdict written twice keeps
+    the later one, as it would statement by statement."""
+    from relaunch.decider.domain.attribution import Suspect
+
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    at = now()
+
+    async def verdict():
+        return tuple(await ledger.pool.fetchrow("SELECT verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster))
+
+    with pytest.raises(RuntimeError, match="between the writes"):
+        async with ledger.job_tx(cluster, "5") as tx:
+            async with tx.together():
+                await tx.save_suspects(0, [Suspect("node1", 0.9, ("a",))], ("node1",), "x1", at)
+                await tx.audit("report", {"attempt": 0}, f"decider.{cluster}.x1", at)
+                raise RuntimeError("between the writes")
+    assert await ledger.pool.fetchval("SELECT count(*) FROM suspects WHERE cluster=$1", cluster) == 0
+    assert await ledger.pool.fetchval("SELECT count(*) FROM audit WHERE cluster=$1", cluster) == 0
+
+    async with ledger.job_tx(cluster, "5") as tx:
+        async with tx.together():
+            await tx.save_suspects(0, [Suspect("node1", 0.9, ("a",))], ("node1",), "x1", at)
+            await tx.set_verdict("stopped", "first")
+            await tx.audit("report", {"attempt": 0}, f"decider.{cluster}.x1", at)
+            await tx.set_verdict("observing", "second")
+            # Nothing is in the ledger until the block ends (another connection cannot see it either).
+            assert await tx.conn.fetchval("SELECT count(*) FROM suspects WHERE cluster=$1", cluster) == 0
+        assert await tx.conn.fetchval("SELECT count(*) FROM suspects WHERE cluster=$1", cluster) == 1
+    assert await verdict() == ("observing", "second")
+    assert [r["action"] for r in await ledger.pool.fetch("SELECT action FROM audit WHERE cluster=$1", cluster)] == \
+        ["report"]
+    assert await ledger.pool.fetchval("SELECT count(*) FROM outbox WHERE msg_id=$1", f"decider.{cluster}.x1") == 1
+
+
+async def test_an_observation_of_the_job_on_record_takes_no_transaction_of_its_own(ledger, unique, monkeypatch):
+    """record_observation's usual case is one call (migration 0011); a job that reuses the id, and a
+    comment whose options must be audited, still take the locked path (JobTx.same_job)."""
+    from relaunch.common.optin import parse_comment
+    from relaunch.common.policies.policy_file import load_policies
+    from relaunch.common.policies.policy_set import resolve
+
+    cluster = f"c{unique}"
+    policy = resolve(parse_comment("relaunch:max_attempts=4"), load_policies())
+    first = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.UTC)
+    locked = []
+    job_tx = ledger.job_tx
+
+    def counting(*args):
+        locked.append(args)
+        return job_tx(*args)
+
+    monkeypatch.setattr(ledger, "job_tx", counting)
+    await ledger.record_observation(observed(cluster, submit_time=first), policy)  # a job never seen
+    await ledger.record_observation(observed(cluster, submit_time=first + dt.timedelta(seconds=0.5), exit_code=3)
+                                    .model_copy(update={"state": "FAILED"}), policy)
+    assert locked == []
+    row = await ledger.pool.fetchrow("SELECT state, submit_time FROM jobs WHERE cluster=$1 AND job_id='5'", cluster)
+    attempt = await ledger.pool.fetchrow("SELECT state, exit_code, ended_at, nodes FROM attempts WHERE cluster=$1",
+                                         cluster)
+    assert (row["state"], row["submit_time"]) == ("FAILED", first)
+    assert (attempt["state"], attempt["exit_code"], attempt["nodes"]) == ("FAILED", 3, ["node1", "node2", "node3",
+                                                                                        "node4"])
+    assert attempt["ended_at"] is not None
+
+    # A report about an earlier job with this id: locked, dropped, nothing written.
+    await ledger.record_observation(observed(cluster, submit_time=first - dt.timedelta(hours=1))
+                                    .model_copy(update={"name": "old"}), policy)
+    assert len(locked) == 1
+    assert await ledger.pool.fetchval("SELECT name FROM jobs WHERE cluster=$1 AND job_id='5'", cluster) == "train"
+    # A new job reusing the id: locked, the first retired, the new one written.
+    await ledger.record_observation(observed(cluster, submit_time=first + dt.timedelta(hours=1))
+                                    .model_copy(update={"name": "new"}), policy)
+    assert len(locked) == 2
+    names = {r["job_id"]: r["name"] for r in await ledger.pool.fetch("SELECT job_id, name FROM jobs WHERE cluster=$1",
+                                                                     cluster)}
+    assert names == {"5": "new", "5@20261201T100000Z": "train"}
+    # Invalid options are audited, which takes the locked path too.
+    bad = resolve(parse_comment("relaunch:max_attempts=many"), load_policies())
+    assert bad.option_errors
+    await ledger.record_observation(observed(cluster, submit_time=first + dt.timedelta(hours=1),
+                                             comment="relaunch:max_attempts=many"), bad)
+    assert len(locked) == 3
+    assert await ledger.pool.fetchval("SELECT count(*) FROM audit WHERE cluster=$1 AND action='options_invalid'",
+                                      cluster) == 1
