@@ -39,6 +39,8 @@ class Consumer:
     """How long one pull waits (FastStream consumers). nats-py's fetch returns only when `batch` messages
     came or this passed, and FastStream fetches again only once the messages it returned are handled, so
     a message naked for a short delay waits up to this long on top of it."""
+    max_ack_pending: int | None = None
+    """Messages delivered and not yet acknowledged that the server allows (None: its default, 1,000)."""
     engine: Literal["faststream", "ingest"] = "faststream"
     """"ingest": the high-volume progress and log path, pulled by relaunch.common.ingest (measured 4x
     cheaper per message than FastStream's batch subscriber)."""
@@ -48,6 +50,7 @@ class Consumer:
         return ConsumerConfig(
             durable_name=spec.durable, ack_policy=JsAckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject,
+            max_ack_pending=self.max_ack_pending,
         )
 
     def facts(self) -> dict[str, Any]:
@@ -62,7 +65,10 @@ DETECTOR_LOGS = Consumer("detector", subjects.DETECTOR_LOGS, LogBatch,
                          per_subject=True, batch=64, engine="ingest")
 DETECTOR_PROGRESS = Consumer("detector", subjects.DETECTOR_PROGRESS, ProgressReported,
                              "Progress reports (relaunch.client or a log parser): hangs and stragglers.",
-                             batch=512, engine="ingest")
+                             batch=512, engine="ingest",
+                             # Three batches in the tracker and one asked for (detector/main.py): with the
+                             # server's default of 1,000 the third was never delivered.
+                             max_ack_pending=4 * 512)
 DETECTOR_JOBS = Consumer("detector", subjects.DETECTOR_JOBS, JobObserved,
                          "The scheduler's view of each job: what to follow, failures Slurm reports.",
                          per_subject=True, batch=64)
