@@ -135,9 +135,9 @@ class Decider:
                      decision.kind, decision.reason)
             return None
         assert decision.expires_at is not None
+        # The job's verdict is "recovering" (save_advice) until the actuator says what became of it,
+        # a terminate's too (Ledger.record_reconcile).
         operation = "terminate" if decision.kind == "terminate" else "restart"
-        if operation == "terminate":
-            await tx.set_verdict("stopped", decision.reason)
         advice = Advice(
             cluster=anomaly.cluster, job_id=anomaly.job_id, attempt=anomaly.attempt,
             generation=decision.generation, operation=operation, exclude_nodes=list(decision.exclude_nodes),

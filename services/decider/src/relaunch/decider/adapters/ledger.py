@@ -115,13 +115,7 @@ class Ledger:
         """A transaction holding the job's row lock (the row is created if missing)."""
         with postgres_outage():
             async with self.pool.acquire() as conn, conn.transaction():
-                # A known job costs one round trip; a new one is inserted first (a concurrent insert of
-                # the same job waits for the other's commit, then finds the row and waits for its lock).
-                row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)
-                if row is None:
-                    await conn.execute("INSERT INTO jobs (cluster, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                                       cluster, job_id)
-                    row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)
+                row = await conn.fetchrow(_LOCK_JOB, cluster, job_id)  # one round trip, a new job's too
                 yield JobTx(conn, cluster, job_id, dict(row))
 
     @asynccontextmanager
@@ -239,7 +233,8 @@ class Ledger:
         await self.pool.execute("UPDATE outbox SET published_at=now() WHERE id = ANY($1::bigint[])", outbox_ids)
 
 
-_LOCK_JOB = "SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE"
+_LOCK_JOB = "SELECT * FROM lock_job($1, $2)"
+"""The job's row, locked; made first for a job never seen (migration 0010)."""
 
 _HISTORY = """SELECT
     ARRAY(SELECT ROW(attempt, generation, fault_class, issued_at, operation, status, expires_at, exclude_nodes)
@@ -257,8 +252,6 @@ where five SELECTs were five."""
 
 _OVERRIDE = """(SELECT ROW(mode, reason, actor) FROM operator_overrides WHERE cluster=$1 AND job_id=$2
                 ORDER BY at DESC, id DESC LIMIT 1) AS override"""
-
-_HISTORY_AND_OVERRIDE = f"{_HISTORY}, {_OVERRIDE}"
 
 _EVIDENCE = """ARRAY(SELECT ROW(node, verdict, reasons, at) FROM node_events e
           WHERE cluster=$1 AND node = ANY(:nodes) AND at >= :events_since
@@ -437,8 +430,7 @@ class JobTx:
         await self.conn.execute("SELECT retire_job($1, $2, $3)", self.cluster, self.job_id, retired_as)
         await self.conn.execute("UPDATE jobs SET submit_time=$3 WHERE cluster=$1 AND job_id=$2",
                                 self.cluster, self.job_id, submit_time)
-        self.row = dict(await self.conn.fetchrow("SELECT * FROM jobs WHERE cluster=$1 AND job_id=$2 FOR UPDATE",
-                                                 self.cluster, self.job_id))
+        self.row = dict(await self.conn.fetchrow(_LOCK_JOB, self.cluster, self.job_id))
         log.info("job %s/%s: a new job reuses the id; the earlier one is kept as %s", self.cluster, self.job_id,
                  retired_as)
         return True
@@ -449,20 +441,12 @@ class JobTx:
 
     async def read_for(self, anomaly: AnomalyDetected, events_since, history_since) -> tuple[
             History, tuple[str, str] | None, list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
-        """`read` and `node_evidence` in one round trip, for the nodes a decision on `anomaly` attributes:
-        its attempt's as the ledger knows them, else the anomaly's own."""
+        """The history, the operator override in force (mode, reason; None when there is none) and
+        `node_evidence`, in one round trip, for the nodes a decision on `anomaly` attributes: its
+        attempt's as the ledger knows them, else the anomaly's own."""
         row = await self.conn.fetchrow(_DECISION_READ, self.cluster, self.job_id, anomaly.attempt, anomaly.nodes,
                                        events_since, history_since)
         return (_history(self.row, row), _override(row["override"])) + _evidence_of(row)
-
-    async def read(self) -> tuple[History, tuple[str, str] | None]:
-        """The history and the operator override in force (`operator_mode`), in one round trip."""
-        row = await self.conn.fetchrow(_HISTORY_AND_OVERRIDE, self.cluster, self.job_id)
-        return _history(self.row, row), _override(row["override"])
-
-    async def operator_mode(self) -> tuple[str, str] | None:
-        """The operator override in force (mode, reason), set through the API; None when there is none."""
-        return _override(await self.conn.fetchval(f"SELECT {_OVERRIDE}", self.cluster, self.job_id))
 
     async def node_evidence(self, nodes: list[str], events_since, history_since) -> tuple[
             list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
@@ -521,13 +505,6 @@ class JobTx:
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         """The nodes' health events since `since`, after each node's newest clearance, oldest first."""
         return (await self.node_evidence(nodes, since, since))[0]
-
-    async def save_anomaly(self, a: AnomalyDetected) -> bool:
-        """The anomaly's row (False: it was there already), and, in the same round trip, the attempt's
-        record: it keeps the highest step any report gave (GREATEST skips NULL); the scheduler's own
-        exit code, when the observer recorded one, wins over the anomaly's copy (migration 0010)."""
-        row = await self.conn.fetchrow(_TAKE_ANOMALY, *_anomaly_args(a))  # the row is locked already
-        return row["inserted"]
 
     async def save_advice(self, advice: Advice, subject: str, msg_id: str, fault_class: str = "unknown") -> None:
         """The Advice's row, its outbox entry and the job's verdict ("recovering"), in one statement."""

@@ -1,6 +1,6 @@
--- A job observation in one round trip (docs/architecture.md, "Scale"), with no BEGIN and COMMIT of
--- its own: one function call is one transaction. The job's row is locked first (made for a job never
--- seen); then, when the observation is about the job on record (its first attempt's submit time
+-- A job observation in one round trip (docs/architecture.md, "Decision"), with no BEGIN and COMMIT of
+-- its own: one function call is one transaction. The job's row is locked first (lock_job, migration
+-- 0010); then, when the observation is about the job on record (its first attempt's submit time
 -- matches within p_slack_s seconds, or one of the two is not known: the job's is set from it), the
 -- job's row, its attempt's, and a requeued job's earlier attempts (which ended with a failure that
 -- Slurm no longer reports) are written and true is returned. Otherwise nothing is written and false
@@ -17,11 +17,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     known timestamptz;
 BEGIN
-    SELECT submit_time INTO known FROM jobs WHERE cluster = p_cluster AND job_id = p_job_id FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO jobs (cluster, job_id) VALUES (p_cluster, p_job_id) ON CONFLICT DO NOTHING;
-        SELECT submit_time INTO known FROM jobs WHERE cluster = p_cluster AND job_id = p_job_id FOR UPDATE;
-    END IF;
+    known := (lock_job(p_cluster, p_job_id)).submit_time;
     IF p_submit_time IS NOT NULL AND known IS NOT NULL
        AND abs(extract(epoch FROM p_submit_time - known)) > p_slack_s THEN
         RETURN false;
