@@ -311,3 +311,32 @@ async def test_an_unreadable_state_starts_tracking_afresh_and_loses_no_report(re
         assert results == [None] * 3
         data = await state.progress(cluster, "1")
         assert stragglers.StragglerState.from_dict(data["straggler"]).total == 3, stored
+
+
+async def test_every_batch_the_progress_tracker_holds_at_once_is_delivered(redis_and_bus, unique):
+    """detector-progress's durable lets the three batches in the tracker and the one asked for next all
+    be delivered unacknowledged (consumers.DETECTOR_PROGRESS.max_ack_pending); the server's default
+    of 1,000 stopped the third batch of 512."""
+    from dataclasses import replace
+
+    from relaunch.common import consumers, subjects
+    from relaunch.common.ingest import BatchPuller, ensure_durable
+
+    bus, _ = redis_and_bus
+    cluster = f"mp{unique}"
+    real = consumers.DETECTOR_PROGRESS
+    consumer = replace(real, spec=replace(real.spec, durable=f"mp{unique}",
+                                          filter_subject=subjects.signal_progress(cluster, "*")))
+    assert await ensure_durable(bus, consumer)
+    body = report(cluster, "1", 1, 1.0, 100.0).model_dump_json().encode()
+    for i in range(3 * consumer.batch + 10):
+        await bus.nc.publish(subjects.signal_progress(cluster, str(i % 50)), body)
+    await bus.nc.flush()
+    await asyncio.sleep(0.5)  # stored
+    puller = await BatchPuller(bus, consumer).start()
+    try:
+        taken = [len(await puller.fetch(consumer.batch, 2.0)) for _ in range(3)]  # none acknowledged
+    finally:
+        await puller.close()
+        await bus.js.delete_consumer(subjects.SIGNALS.name, consumer.spec.durable)
+    assert taken == [consumer.batch] * 3
