@@ -119,3 +119,28 @@ def test_a_client_report_becomes_the_same_point_as_the_constructor_makes():
                              preset="client", health=health)
         assert point == made and point.__dict__.keys() == made.__dict__.keys()
         assert repr(point.health) == repr(made.health) and point.total is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_report_without_loss_figures_advances_a_track_as_its_point_does(seed):
+    """tracking's path for most client reports (observe_report and divergence.observe_step, no point
+    made) against observe_point and divergence.observe of the report's point: every field alike after
+    each report, through steps that go back, repeat and jump, ranks, missing and odd measures."""
+    from relaunch.common.progress import divergence
+
+    rng = random.Random(seed)
+    by_point, by_fields = track.ProgressTrack(1, 100.0, 20, 9), track.ProgressTrack(1, 100.0, 20, 9)
+    step, at = 0, 100.0
+    for _ in range(400):
+        step = max(0, step + rng.choice([1, 1, 1, 0, 2, 7, -3]))
+        at += rng.choice([0.0, 0.0004, 0.9, 1.0, 1.3, 40.0])
+        fields = (rng.choice([step, step, None]), rng.choice([None, None, 95.5, 0.0, float("nan"), float("inf")]),
+                  rng.choice([None, 1.0, 1.25, 0.0, -1.0, float("inf")]), rng.choice([None, None, 0, 3]))
+        point = ProgressPoint(step=fields[0], throughput=fields[1], step_time_s=fields[2], rank=fields[3],
+                              preset="client", health=None)
+        by_point.observe_point(point, at, 20, 9)
+        by_point.divergence = divergence.observe(by_point.divergence, point)
+        by_fields.observe_report(*fields, at, 20, 9)
+        by_fields.divergence = divergence.observe_step(by_fields.divergence, fields[0])
+        assert by_fields.record() == by_point.record()
+        assert by_fields.encode() == by_point.encode() and by_fields.top == by_point.top

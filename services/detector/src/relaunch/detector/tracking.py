@@ -157,13 +157,18 @@ class ProgressTracker:
             diverged = verdict = None
             for i in indexes:
                 msg, delivery = items[i]
-                point = _client_point(msg)
                 at = msg.at.timestamp()
                 if live is None or live.attempt != attempt:  # a new attempt starts fresh
                     live = ProgressTrack(attempt, round(at, 3), hang_keep, samples_kept)
                 before = live.total
-                live.observe_point(point, at, hang_keep, samples_kept)
-                div = live.divergence = divergence.observe(live.divergence, point)
+                if msg.skipped or msg.loss is not None or msg.grad_norm is not None or msg.loss_scale is not None:
+                    point = _client_point(msg)
+                    live.observe_point(point, at, hang_keep, samples_kept)
+                    div = live.divergence = divergence.observe(live.divergence, point)
+                else:  # most reports: observe_point and observe of _client_point(msg), without the point
+                    live.observe_report(msg.step, msg.throughput, msg.step_time_s, msg.rank, at, hang_keep,
+                                        samples_kept)
+                    div = live.divergence = divergence.observe_step(live.divergence, msg.step)
                 if diverged is None and (d := divergence.verdict(div)) is not None:
                     diverged = (d, msg.at)
                 # A verdict reads complete windows only: look when this report closed one (or when it is a

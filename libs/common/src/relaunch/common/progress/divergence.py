@@ -96,17 +96,11 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
                 state = _replace(state, collapsed=f"an fp16 overflow lowered the loss scale to {mark.new_scale:g}")
         return _replace(state, last_scale=mark.new_scale if mark.new_scale is not None else state.last_scale)
     health = mark.health
+    if health is None:
+        return observe_step(state, mark.step, policy)
     step = mark.step if mark.step is not None else state.last_step
     if mark.step is not None and state.last_step is not None and mark.step < state.last_step:
         state = _replace(state, last_step=mark.step)  # a restart from a checkpoint or a new counter: not a step
-    if health is None:
-        if mark.step is not None and (state.last_step is None or mark.step > state.last_step):
-            if state.calibrated and state.recent == _went_through(policy.storm_window):
-                # (most reports of most jobs: the window is all steps that went through, and stays so)
-                return _replace(state, last_step=mark.step)
-            state = _replace(_steps(state, "." * min(mark.step - (state.last_step or mark.step - 1), policy.storm_window),
-                                   policy), last_step=mark.step)
-        return state
     # skipped steps: Megatron's per log interval, DeepSpeed's running total
     skipped = health.skipped
     if health.skipped_total is not None:
@@ -136,6 +130,24 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
     if state.bad_run == 0:
         return _replace(state, bad_run=1, first_bad_step=step, bad_what=what)
     return _replace(state, bad_run=state.bad_run + 1)
+
+
+def observe_step(state: DivergenceState, step: int | None, policy: DivergencePolicy = DivergencePolicy()
+                 ) -> DivergenceState:
+    """observe for a progress point without loss figures (`health` None), given its step: what most
+    reports of most jobs are (the detector calls it without making the point)."""
+    if step is None:
+        return state
+    last = state.last_step
+    if last is not None and step < last:
+        return _replace(state, last_step=step)  # a restart from a checkpoint or a new counter: not a step
+    if last is None or step > last:
+        if state.calibrated and state.recent == _went_through(policy.storm_window):
+            # (most reports of most jobs: the window is all steps that went through, and stays so)
+            return _replace(state, last_step=step)
+        return _replace(_steps(state, "." * min(step - (last or step - 1), policy.storm_window), policy),
+                        last_step=step)
+    return state
 
 
 def _replace(state: DivergenceState, **changes: Any) -> DivergenceState:

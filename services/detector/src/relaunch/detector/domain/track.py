@@ -42,6 +42,9 @@ FORMAT = 1
 _HEAD = struct.Struct("<BHH")
 """format, number of step intervals, number of straggler samples (rates and times alike)."""
 _FRESH_DIVERGENCE = divergence.DivergenceState()
+_UNITS: dict[str, tuple[str, str]] = {}
+"""preset -> its samples' units (throughput, step time): stragglers.rate_of's, made once per preset."""
+_CLIENT_UNITS = ("client:throughput", "client:step_time")
 _SWAP = sys.byteorder != "little"
 """Stored doubles are little-endian whatever the machine: replicas on other hardware read them alike."""
 
@@ -136,6 +139,16 @@ class ProgressTrack:
         if self._sample(point, at):
             self._trim_samples(straggler_keep)
 
+    def observe_report(self, step: int | None, throughput: float | None, step_time_s: float | None,
+                       rank: int | None, at: float, hang_keep: int = hangs.MAX_WINDOW,
+                       straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
+        """observe_point for a relaunch.client report that is a progress point (not a skipped step), from
+        its fields, without making the point (tracking makes one only for reports with loss figures)."""
+        at = round(at, 3)
+        self._progress(step, at, hang_keep, step_time_s)
+        if self._sample_of(step, throughput, step_time_s, rank, _CLIENT_UNITS, at):
+            self._trim_samples(straggler_keep)
+
     def _progress(self, step: int | None, now: float, keep: int, printed_s: float | None) -> None:
         """hangs.observe_progress."""
         last = self.last_step
@@ -199,28 +212,32 @@ class ProgressTrack:
             del self.times[:over]
 
     def _sample(self, point: ProgressPoint, now: float) -> bool:
-        """One point of stragglers.observe_points (its rate_of inlined); whether the state changed (the
-        samples are then trimmed)."""
-        throughput = point.throughput
+        """One point of stragglers.observe_points; whether the state changed (the samples are then trimmed)."""
+        units = _UNITS.get(point.preset)
+        if units is None:
+            units = _UNITS[point.preset] = (point.preset + ":throughput", point.preset + ":step_time")
+        return self._sample_of(point.step, point.throughput, point.step_time_s, point.rank, units, now)
+
+    def _sample_of(self, step: int | None, throughput: float | None, step_time: float | None, rank: int | None,
+                   units: tuple[str, str], now: float) -> bool:
+        """_sample from the point's fields (stragglers.rate_of inlined; `units`: the preset's throughput
+        and step-time units)."""
         if throughput is not None and 0 < throughput < math.inf:  # (NaN fails both)
-            rate, unit = throughput, point.preset + ":throughput"
+            rate, unit = throughput, units[0]
         else:
-            step_time = point.step_time_s
             if step_time is None or not 0 < step_time < math.inf:
                 return False
-            rate, unit = 1.0 / step_time, point.preset + ":step_time"
+            rate, unit = 1.0 / step_time, units[1]
         if self.unit is None:
             self.unit = unit
         elif unit != self.unit:
             return False
         changed = False
-        if point.rank is not None:
-            step_time = point.step_time_s
+        if rank is not None:
             own = step_time if step_time is not None and step_time > 0 else 1.0 / rate
             ranks = self.rank_times  # (straggler_state() and from_states copy it)
-            ranks[point.rank] = (ranks.get(point.rank, ()) + (own,))[-stragglers.MAX_RANK_POINTS:]
+            ranks[rank] = (ranks.get(rank, ()) + (own,))[-stragglers.MAX_RANK_POINTS:]
             changed = True
-        step = point.step
         if step is not None:
             if self.straggler_high is not None and step <= self.straggler_high:
                 return changed

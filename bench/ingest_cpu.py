@@ -1,0 +1,282 @@
+"""The detector's progress ingest in process: CPU seconds per message of the detector's own path
+(consume_batch, ProgressTracker and ProgressHistory, as detector/main.py wires them, against the
+stack's NATS and Redis), beside a bare nats-py consumer (fetch 16, ack: bench/loadgen.py's) draining
+the same messages, and the same for other checkouts (--variant), alternating in rounds.
+
+A load bench's drain (bench/load.py) runs both side by side on a 2-core machine that others share, and
+its ratio moves by 0.1 from run to run; here each consumer runs alone and only its own process' CPU
+time counts, so a change of a few percent in the detector's cost shows. Every job's state is brought
+to full windows first (--warm reports each, not measured).
+
+    RELAUNCH_RUN_DIR=.run/bench-load bash scripts/stack.sh infra-up    # (no relaunch services)
+    python bench/ingest_cpu.py --run-dir .run/bench-load [--jobs 2000] [--warm 110] [--msgs 100000]
+        [--rounds 3] [--variant before=/path/to/other/checkout]
+
+Prints one line per measurement and a summary (median per variant: messages per CPU-second, and that
+against the bare consumer of the same round); --json FILE writes them. No relaunch service of the
+stack may run meanwhile (this drains their durables' stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+def say(text: str) -> None:
+    print(f"[ingest-cpu {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def load_env(run: Path) -> dict[str, str]:
+    env = {}
+    for line in (run / "env").read_text().splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, value = line[len("export "):].split("=", 1)
+            if key.startswith("RELAUNCH_"):
+                env[key] = value
+    return env
+
+
+def source_path(checkout: Path) -> str:
+    return os.pathsep.join(str(p) for p in sorted(checkout.glob("libs/*/src")) + sorted(checkout.glob("services/*/src")))
+
+
+# -- the worker (one consumer, one process) ----------------------------------------------------------
+
+BARE_DURABLE = "bench-ingest-cpu-bare"
+
+
+async def _publish(nc, cluster: str, jobs: list[str], first_step: int, steps: int, base: float) -> int:
+    import loadgen
+    from relaunch.common import subjects
+
+    pub = await loadgen.AckedPublisher(nc).start()
+    for step in range(first_step, first_step + steps):
+        at = dt.datetime.fromtimestamp(base + step, dt.UTC).isoformat().replace("+00:00", "Z")
+        for job in jobs:
+            await pub.publish(subjects.signal_progress(cluster, job), loadgen.progress_body(cluster, job, step, at))
+    await pub.settle(120)
+    if pub.errors:
+        raise SystemExit(f"{pub.errors} progress messages were not stored")
+    return pub.sent
+
+
+async def _reset(nc, js) -> int:
+    """An empty progress stream and no durable on it; returns the stream's next sequence."""
+    import nats.js.errors
+
+    from relaunch.common import subjects
+
+    spec = subjects.DETECTOR_PROGRESS
+    for durable in (spec.durable, BARE_DURABLE):
+        try:
+            await js.delete_consumer(spec.stream.name, durable)
+        except nats.js.errors.NotFoundError:
+            pass
+    await js.purge_stream(spec.stream.name, subject=spec.filter_subject)
+    return (await js.stream_info(spec.stream.name)).state.last_seq + 1
+
+
+async def detector_worker(args: argparse.Namespace) -> dict:
+    import nats
+    from redis import asyncio as aioredis
+
+    import loadgen
+    from relaunch.common import consumers
+    from relaunch.common.connection import Bus
+    from relaunch.common.ingest import consume_batch
+    from relaunch.detector.adapters.hotstate import HotState
+    from relaunch.detector.adapters.progress_store import ProgressStore
+    from relaunch.detector.domain import hangs, stragglers
+    from relaunch.detector.main import GC_THRESHOLDS
+    from relaunch.detector.progress_history import ProgressHistory
+    from relaunch.detector.tracking import ProgressTracker
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
+    run = Path(args.run_dir).resolve()
+    env = load_env(run)
+    cluster, redis_url = env.get("RELAUNCH_CLUSTER", "local"), env["RELAUNCH_REDIS_URL"]
+    admin = await nats.connect(env["RELAUNCH_NATS_URL"], **loadgen.nats_options(run))
+    js = admin.jetstream()
+    await _reset(admin, js)
+    raw = aioredis.from_url(redis_url)
+    await raw.flushdb()
+    bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "detector")
+    state = HotState(redis_url)
+    jobs = [str(args.first_job + i) for i in range(args.jobs)]
+    for job in jobs:
+        await state.track(cluster, job, {"attempt": "1", "progress_seen": "1", "options": ""})
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(floor_s=600.0), stragglers.StragglerPolicy(),
+                              cache_jobs=max(20_000, args.jobs))
+    history = ProgressHistory(ProgressStore(redis_url), cluster)
+    handled = 0
+    done = asyncio.Event()
+    target = 0
+
+    async def on_progress_batch(items):
+        nonlocal handled
+        if args.engine_only:
+            results = [None] * len(items)
+        else:
+            results = await tracker.on_progress_batch(items)
+            await history.on_reports([item for item, result in zip(items, results) if result is None])
+        handled += len(items)
+        if handled >= target:
+            done.set()
+        return results
+
+    active = False
+    stop = asyncio.Event()
+    task = asyncio.create_task(consume_batch(bus, consumers.DETECTOR_PROGRESS, on_progress_batch, stop,
+                                             active=lambda: active, concurrency=3))
+    base = time.time() - 3600
+    if args.warm and not args.engine_only:
+        target = await _publish(admin, cluster, jobs, 1, args.warm, base)
+        active = True
+        await asyncio.wait_for(done.wait(), 600)  # the warm-up: every job's windows full
+        active, done = False, asyncio.Event()
+        await asyncio.sleep(0.5)
+    handled = 0
+    target = await _publish(admin, cluster, jobs, 1 + args.warm, args.msgs // args.jobs, base)
+    gc.collect()
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    active = True
+    await asyncio.wait_for(done.wait(), 600)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    stop.set()
+    await task
+    await bus.close()
+    await state.close()
+    await history.store.close()
+    await raw.aclose()
+    await admin.close()
+    return {"messages": handled, "cpu_s": cpu, "wall_s": wall}
+
+
+async def bare_worker(args: argparse.Namespace) -> dict:
+    """bench/loadgen.py's bare consumer (fetch, ack, nothing else) over the same number of messages."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    import loadgen
+    from relaunch.common import subjects
+
+    run = Path(args.run_dir).resolve()
+    env = load_env(run)
+    cluster = env.get("RELAUNCH_CLUSTER", "local")
+    nc = await nats.connect(env["RELAUNCH_NATS_URL"], **loadgen.nats_options(run))
+    js = nc.jetstream()
+    await _reset(nc, js)
+    jobs = [str(args.first_job + i) for i in range(args.jobs)]
+    total = await _publish(nc, cluster, jobs, 1, args.msgs // args.jobs, time.time() - 3600)
+    spec = subjects.DETECTOR_PROGRESS
+    await js.add_consumer(spec.stream.name, ConsumerConfig(
+        durable_name=BARE_DURABLE, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+        ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject))
+    sub = await js.pull_subscribe_bind(BARE_DURABLE, stream=spec.stream.name)
+    handled = 0
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    while handled < total:
+        try:
+            msgs = await sub.fetch(args.bare_batch, timeout=0.5)
+        except (nats.errors.TimeoutError, TimeoutError):
+            continue
+        for msg in msgs:
+            await msg.ack()
+        handled += len(msgs)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    await js.delete_consumer(spec.stream.name, BARE_DURABLE)
+    await nc.close()
+    return {"messages": handled, "cpu_s": cpu, "wall_s": wall}
+
+
+# -- the rounds ------------------------------------------------------------------------------------------
+
+def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
+    env = {**os.environ, **load_env(Path(args.run_dir).resolve()), "PYTHONPATH": pythonpath}
+    for key in ("RELAUNCH_NATS_USER", "RELAUNCH_NATS_PASSWORD_FILE"):
+        env.pop(key, None)
+    creds = Path(args.run_dir).resolve() / "creds" / "detector.pass"
+    if creds.exists():
+        env["RELAUNCH_NATS_USER"], env["RELAUNCH_NATS_PASSWORD_FILE"] = "detector", str(creds)
+    cmd = [sys.executable, __file__, "--worker", role, "--run-dir", args.run_dir, "--jobs", str(args.jobs),
+           "--warm", str(args.warm), "--msgs", str(args.msgs), "--bare-batch", str(args.bare_batch),
+           "--first-job", str(args.first_job)] + (["--engine-only"] if args.engine_only else [])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"{role} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run-dir", default=os.environ.get("RELAUNCH_RUN_DIR", str(REPO / ".run" / "bench-load")))
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--warm", type=int, default=110, help="reports per job before the measurement (full windows)")
+    ap.add_argument("--msgs", type=int, default=100_000, help="messages measured per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bare-batch", type=int, default=16)
+    ap.add_argument("--first-job", type=int, default=7_000_000)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=CHECKOUT",
+                    help="another checkout measured in each round beside this one")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="the detector's ingest engine alone: its handler does nothing (consume_batch's own cost)")
+    ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--worker", choices=("detector", "bare"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        result = asyncio.run(detector_worker(args) if args.worker == "detector" else bare_worker(args))
+        print(json.dumps(result))
+        return
+    variants = {"this": source_path(REPO)}
+    for item in args.variant:
+        name, _, checkout = item.partition("=")
+        if not checkout or not Path(checkout, "services").is_dir():
+            raise SystemExit(f"--variant {item!r}: NAME=CHECKOUT, a relaunch checkout (with services/)")
+        variants[name] = source_path(Path(checkout).resolve())
+    rows = []
+    for rnd in range(1, args.rounds + 1):
+        bare = measure(args, "bare", variants["this"])
+        bare_rate = bare["messages"] / bare["cpu_s"]
+        say(f"round {rnd}: bare {bare_rate:,.0f} msgs per CPU-second ({bare['cpu_s']:.2f} s)")
+        names = list(variants) if rnd % 2 else list(reversed(variants))  # each goes first in turn
+        for name in names:
+            got = measure(args, "detector", variants[name])
+            rate = got["messages"] / got["cpu_s"]
+            rows.append({"round": rnd, "variant": name, **got, "per_cpu_s": rate, "bare_per_cpu_s": bare_rate,
+                         "ratio": rate / bare_rate})
+            say(f"round {rnd}: {name:>8} {rate:,.0f} msgs per CPU-second ({got['cpu_s']:.2f} s for "
+                f"{got['messages']}), {rate / bare_rate:.3f} x the bare consumer")
+    summary = {}
+    for name in variants:
+        mine = [r for r in rows if r["variant"] == name]
+        summary[name] = {"median_per_cpu_s": round(statistics.median(r["per_cpu_s"] for r in mine)),
+                         "median_ratio_vs_bare": round(statistics.median(r["ratio"] for r in mine), 3),
+                         "median_us_per_msg": round(1e6 / statistics.median(r["per_cpu_s"] for r in mine), 1)}
+        say(f"{name}: median {summary[name]['median_per_cpu_s']:,} msgs per CPU-second "
+            f"({summary[name]['median_us_per_msg']} us a message), {summary[name]['median_ratio_vs_bare']} x the bare "
+            "consumer")
+    if "this" in summary and len(summary) > 1:
+        for name in variants:
+            if name != "this":
+                say(f"this / {name}: {summary['this']['median_per_cpu_s'] / summary[name]['median_per_cpu_s']:.3f} "
+                    "(messages per CPU-second)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
