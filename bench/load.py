@@ -227,15 +227,21 @@ class LoadRun:
         self.procs[name] = subprocess.Popen([sys.executable, *profile, "-m", f"relaunch.{name}"], env=env, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_healthy(self, port: int, timeout_s: float = 60) -> None:
+    def wait_healthy(self, name: str, port: int, timeout_s: float = 60) -> None:
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
+            if self.procs[name].poll() is not None:
+                break  # it exited: no use waiting
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 return
             except OSError:
                 time.sleep(0.2)
-        raise SystemExit(f"service on health port {port} did not become healthy (logs: {self.run_dir}/log)")
+        log = self.run_dir / "log" / f"bench-load-{name}.log"
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+        exited = self.procs[name].poll()
+        raise SystemExit(f"the {name} {'exited with ' + str(exited) if exited is not None else 'did not become healthy'}"
+                         f" (health port {port}); the end of {log}:\n" + "\n".join(tail))
 
     def stop_services(self) -> None:
         for proc in self.procs.values():
@@ -315,8 +321,8 @@ class LoadRun:
         await self.nc.subscribe(subjects.ALL_ANOMALIES, cb=self._on_anomaly, pending_msgs_limit=1_000_000)
         self.start_service("detector", self.detector_port)
         self.start_service("decider", self.decider_port)
-        self.wait_healthy(self.detector_port)
-        self.wait_healthy(self.decider_port)
+        self.wait_healthy("detector", self.detector_port)
+        self.wait_healthy("decider", self.decider_port)
         # The services bind their durables on start; let them do so before anything is published.
         await self.drained([subjects.DETECTOR_JOBS.durable, subjects.DECIDER_JOBS.durable], 30)
         ctx = mp.get_context("spawn")

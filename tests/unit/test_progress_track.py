@@ -144,3 +144,44 @@ def test_a_report_without_loss_figures_advances_a_track_as_its_point_does(seed):
         by_fields.divergence = divergence.observe_step(by_fields.divergence, fields[0])
         assert by_fields.record() == by_point.record()
         assert by_fields.encode() == by_point.encode() and by_fields.top == by_point.top
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_tracks_divergence_state_advanced_in_place_is_the_state_observe_makes(seed):
+    """ProgressTrack.advance_divergence (tracking's path for reports without loss figures: a steady
+    state kept as its last step alone) against divergence.observe of the frozen state, through reports
+    with and without loss figures, NaN runs, skipped steps and steps that go back: the same state, the
+    same verdict, the same stored form after each report, and a steady state read back from storage is
+    steady again."""
+    from relaunch.common.progress import divergence
+    from relaunch.common.progress.parsing import Health, OverflowMark
+
+    rng = random.Random(seed)
+    live, frozen = track.ProgressTrack(1, 100.0), divergence.DivergenceState()
+    step, steady_seen = 0, 0
+    for _ in range(600):
+        step = max(0, step + rng.choice([1, 1, 1, 1, 0, 3, -2]))
+        kind = rng.random()
+        if kind < 0.96:
+            returned = live.advance_divergence(step)
+            frozen = divergence.observe_step(frozen, step)
+            assert (returned is None) == (live._div is None)
+            if returned is None:
+                steady_seen += 1
+                assert divergence.verdict(frozen) is None  # a steady state has no verdict
+        else:
+            if kind < 0.985:
+                mark = ProgressPoint(step=step, throughput=None, step_time_s=None, rank=None, preset="client",
+                                     health=Health(loss=1.5 if rng.random() < 0.7 else float("nan"), grad_norm=None,
+                                                   loss_scale=None))
+            else:
+                # (a scale, once seen, is kept: the state is never steady again)
+                mark = OverflowMark(None if rng.random() < 0.95 else 2.0 ** rng.randint(-1, 8), None, "client",
+                                    at_minimum=rng.random() < 0.02)
+            live.divergence = divergence.observe(live.divergence, mark)
+            frozen = divergence.observe(frozen, mark)
+        assert live.divergence == frozen and divergence.verdict(live.divergence) == divergence.verdict(frozen)
+        assert live.record().get("divergence") == (None if frozen == divergence.DivergenceState() else frozen.to_dict())
+        again = track.from_record(track.decode_record(live.encode()))
+        assert again.divergence == frozen and (again._div is None) == (live._div is None)
+    assert steady_seen > 50  # the steady path was taken, not only the frozen one

@@ -63,6 +63,29 @@ def connect_options(settings: CommonSettings | None = None) -> dict:
     return options
 
 
+class SupervisorNoise(logging.Filter):
+    """Keeps two of FastStream's supervisor lines (faststream 0.7.8 with nats-py 2.16.0) out of every
+    service's log:
+    - "callback for Task-N is being executed...", at INFO each time one of its tasks ends;
+    - "Task-N raised an exception, retrying..." with a traceback, for a pull subscriber's fetch that
+      ran out of time: nats-py raises the built-in TimeoutError there, FastStream suppresses only
+      nats.errors.TimeoutError, and its supervisor starts the fetch loop again (nothing is lost: the
+      fetch had nothing). Any other exception is still logged, traceback and all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if message.startswith("callback for ") and message.endswith(" is being executed..."):
+            return False
+        if "raised an exception, retrying" in message and record.exc_info \
+                and type(record.exc_info[1]) is TimeoutError:  # noqa: E721 - exactly the built-in one
+            return False
+        return True
+
+
+_FASTSTREAM_LOG = logging.getLogger("relaunch.faststream")
+_FASTSTREAM_LOG.addFilter(SupervisorNoise())
+
+
 def broker_for(url: str, service: str, options: dict, outcomes: OutcomeMiddleware | None = None) -> NatsBroker:
     """A NatsBroker with `connect_options()`'s user, password, TLS and private inbox prefix."""
     security: BaseSecurity | None = None
@@ -76,7 +99,7 @@ def broker_for(url: str, service: str, options: dict, outcomes: OutcomeMiddlewar
         nats_servers(url), name=f"relaunch-{service}", connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=-1,
         reconnect_time_wait=0.5, security=security, middlewares=[outcomes] if outcomes else (),
         # FastStream logs every message at its log level ("Received", "Processed"): debug only.
-        logger=logging.getLogger("relaunch.faststream"), log_level=logging.DEBUG, graceful_timeout=5.0, **extra,
+        logger=_FASTSTREAM_LOG, log_level=logging.DEBUG, graceful_timeout=5.0, **extra,
     )
 
 

@@ -168,8 +168,8 @@ class ProgressTracker:
                 else:  # most reports: observe_point and observe of _client_point(msg), without the point
                     live.observe_report(msg.step, msg.throughput, msg.step_time_s, msg.rank, at, hang_keep,
                                         samples_kept)
-                    div = live.divergence = divergence.observe_step(live.divergence, msg.step)
-                if diverged is None and (d := divergence.verdict(div)) is not None:
+                    div = live.advance_divergence(msg.step)  # None: steady, no verdict to look for
+                if div is not None and diverged is None and (d := divergence.verdict(div)) is not None:
                     diverged = (d, msg.at)
                 # A verdict reads complete windows only: look when this report closed one (or when it is a
                 # redelivery, whose first try may have failed after the state was saved).
@@ -186,7 +186,7 @@ class ProgressTracker:
             if diverged is not None:
                 divergences.append((job_id, attempt, diverged, indexes))
         written = await self.state.save_progress_many(self.cluster, saves)
-        for (job_id, *_), live, (token, _stored) in zip(saves, tracks, written):
+        for (job_id, *_), live, token in zip(saves, tracks, written):
             self.cache.put(job_id, token, live)
         for job_id, attempt, (verdict, at), indexes in found:
             try:

@@ -188,24 +188,26 @@ class HotState:
         return out
 
     async def save_progress_many(self, cluster: str, saves: list[tuple[str, bytes, float | None, bool]],
-                                 ) -> list[tuple[str, bytes]]:
+                                 ) -> list[str]:
         """save_progress for many jobs at once, atomically (one script): (job, the state as stored
         (ProgressTrack.encode: no newline), deadline, first progress seen, which marks the job's
-        progress_seen). Returns each write's token and the value stored ('<token> <state>'), in order."""
+        progress_seen). Returns each write's token, in order (stored as '<token> <state>')."""
         if not saves:
             return []
         # One argument for every job's id, deadline, progress_seen mark and stored length, one for the
-        # states one after another (bytes: the script cuts them by length): see progress_many.
-        heads, states, tokens = [], [], []
+        # states one after another (bytes: the script cuts them by length): see progress_many. The
+        # states are joined once, each behind its token, with no copy of each made first.
+        heads, parts, tokens = [], [], []
         for job_id, data, deadline, first in saves:
             token = self._token()
             tokens.append(token)
-            stored = token.encode() + b" " + data
-            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} {len(stored)}")
-            states.append(stored)
+            prefix = token.encode() + b" "
+            heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} "
+                         f"{len(prefix) + len(data)}")
+            parts += (prefix, data)
         await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
-                                                              b"".join(states)]))
-        return list(zip(tokens, states))
+                                                              b"".join(parts)]))
+        return tokens
 
     async def forget_progress(self, cluster: str, job_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)

@@ -42,6 +42,10 @@ FORMAT = 1
 _HEAD = struct.Struct("<BHH")
 """format, number of step intervals, number of straggler samples (rates and times alike)."""
 _FRESH_DIVERGENCE = divergence.DivergenceState()
+_STEADY = divergence.DivergenceState(calibrated=True, recent="." * divergence.DivergencePolicy().storm_window)
+"""The divergence state of most jobs once they have run a while (tracking observes with the default
+policy): calibrated, every recent step went through, no loss figures kept. A track in it holds its last
+step alone: no state object of its own, none made for each report."""
 _UNITS: dict[str, tuple[str, str]] = {}
 """preset -> its samples' units (throughput, step time): stragglers.rate_of's, made once per preset."""
 _CLIENT_UNITS = ("client:throughput", "client:step_time")
@@ -52,7 +56,7 @@ _SWAP = sys.byteorder != "little"
 class ProgressTrack:
     __slots__ = ("attempt", "watched_since", "last_step", "high_step", "progress_at", "intervals",
                  "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save",
-                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "divergence")
+                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step")
 
     def __init__(self, attempt: int, watched_since: float, hang_keep: int = 0, straggler_keep: int = 0) -> None:
         """A fresh attempt, watched since `watched_since` (hangs.new_state, stragglers.StragglerState());
@@ -77,7 +81,36 @@ class ProgressTrack:
         self.times = _reserved(straggler_keep)
         self.total = 0
         self.rank_times: dict[int, tuple[float, ...]] = {}
-        self.divergence = _FRESH_DIVERGENCE
+        self._div: divergence.DivergenceState | None = _FRESH_DIVERGENCE
+        """The divergence state; None while it is steady (_STEADY but for its last step, `_div_step`)."""
+        self._div_step: int | None = None
+
+    # -- the divergence state (most jobs' is steady: only its last step changes, kept as a number) --------
+    @property
+    def divergence(self) -> divergence.DivergenceState:
+        div = self._div
+        if div is not None:
+            return div
+        return divergence.DivergenceState(calibrated=True, recent=_STEADY.recent, last_step=self._div_step)
+
+    @divergence.setter
+    def divergence(self, state: divergence.DivergenceState) -> None:
+        if state.calibrated and state.recent == _STEADY.recent and not state.bad_run and state.collapsed is None \
+                and state.first_bad_step is None and state.bad_what is None and state.skipped_total is None \
+                and state.last_scale is None:
+            self._div, self._div_step = None, state.last_step
+        else:
+            self._div = state
+
+    def advance_divergence(self, step: int | None) -> divergence.DivergenceState | None:
+        """divergence.observe_step(self.divergence, step), in place. Returns the state when it is not
+        steady, None when it is (a steady state has no verdict: nothing non-finite, no collapse, no skip)."""
+        if self._div is None:
+            if step is not None:  # (observe_step of a steady state: the step is its last, back or forward)
+                self._div_step = step
+            return None
+        self.divergence = divergence.observe_step(self._div, step)
+        return self._div
 
     # -- the frozen values the verdicts read ----------------------------------------------------
     @classmethod
@@ -264,8 +297,8 @@ class ProgressTrack:
         return hangs.deadline(self, policy)
 
     def _fresh_divergence(self) -> bool:
-        div = self.divergence  # (a cheap test first: a job's divergence state has its last step once it reports)
-        return div is _FRESH_DIVERGENCE or (div.last_step is None and div == _FRESH_DIVERGENCE)
+        div = self._div  # (a cheap test first: a job's divergence state has its last step once it reports)
+        return div is not None and (div is _FRESH_DIVERGENCE or (div.last_step is None and div == _FRESH_DIVERGENCE))
 
     # -- stored form --------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
