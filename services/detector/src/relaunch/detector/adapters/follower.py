@@ -10,6 +10,7 @@ import logging
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
+from relaunch.common.lanes import KeyedLanes
 from relaunch.common.outcomes import utcnow
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import LogBatch
@@ -54,7 +55,9 @@ class Follower:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.interval_s, self.batch_bytes = interval_s, batch_bytes
         self.quiet_interval_s = max(quiet_interval_s, interval_s)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._lanes = KeyedLanes()
+        """A job's reads one after another; an entry only while one is under way (a lock kept per job
+        was a few hundred bytes for every followed job)."""
         self._paths: dict[str, tuple[str, ...]] = {}
         self._sizes: dict[tuple[str, str], int] = {}
         self._paths_read_at = float("-inf")
@@ -122,13 +125,10 @@ class Follower:
     def _forget_unfollowed(self, followed: set[str]) -> None:
         for job in [j for j in self._paths if j not in followed]:
             self.refresh(job)
-        for job in [j for j, lock in self._locks.items() if j not in followed and not lock.locked()]:
-            del self._locks[job]
 
     async def read_job(self, job_id: str) -> None:
         """Publish every complete line written since the last read (serialised per job)."""
-        lock = self._locks.setdefault(job_id, asyncio.Lock())
-        async with lock:
+        async with self._lanes.turn(job_id):
             info = await self.state.job(self.cluster, job_id)
             if not info:
                 return
