@@ -11,7 +11,7 @@ from relaunch.common.connection import Bus
 from relaunch.common.schemas import AnomalyDetected, LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.domain import hangs, stragglers
-from relaunch.detector.tracking import ProgressTracker
+from relaunch.detector.tracking import ProgressTracker, _track_of
 
 pytestmark = pytest.mark.integration
 T0 = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
@@ -132,3 +132,41 @@ async def test_handled_until_is_the_first_unread_message_then_now(test_stack, un
         assert await handled_until(bus, Consumer(bus.service, spec, ProgressReported), now) == now, "all read: up to now"
     finally:
         await bus.close()
+
+
+async def test_a_steady_job_that_starts_printing_nan_losses_is_divergence_from_lines_and_from_reports(replicas):
+    """A job whose divergence state has gone steady (ProgressTrack keeps its last step alone), then
+    three non-finite losses in a row: one divergence anomaly, from log lines and from relaunch.client
+    reports alike (tracking's two paths)."""
+    from relaunch.common.outcomes import Delivery
+    from relaunch.common.schemas import ProgressReported
+
+    cluster, ((bus, state, a), _) = replicas
+    await state.track(cluster, "11", {"attempt": "0", "nodes": '["node1"]'})
+    steps = [f"step {i}/500 | loss 2.0 | 0.32 s/step" for i in range(1, 41)]
+    bad = [f"step {i}/500 | loss nan | 0.32 s/step" for i in range(41, 44)]
+    for i in range(0, 40, 4):
+        await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path="/x", offset=i, lines=steps[i:i + 4],
+                                  read_at=T0 + dt.timedelta(seconds=i)))
+    assert _track_of(await state.progress(cluster, "11"))._div is None, "40 steps that went through: steady"
+    await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path="/x", offset=40, lines=bad[:2],
+                              read_at=T0 + dt.timedelta(seconds=41)))
+    assert await anomalies(bus, cluster, "11") == [], "two non-finite losses are not enough"
+    await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path="/x", offset=42, lines=bad[2:],
+                              read_at=T0 + dt.timedelta(seconds=42)))
+    (found,) = await anomalies(bus, cluster, "11")
+    assert found.kind == "divergence" and found.signature_id == "divergence_nonfinite" and found.last_step == 43
+
+    await state.track(cluster, "12", {"attempt": "0", "progress_seen": "1"})
+
+    def report(step: int, loss: float | None) -> tuple[ProgressReported, Delivery]:
+        return (ProgressReported(cluster=cluster, job_id="12", step=step, at=T0 + dt.timedelta(seconds=step),
+                                 step_time_s=1.0, loss=loss), Delivery(f"s.{step}", 1, step))
+
+    assert await a.on_progress_batch([report(i, None) for i in range(1, 31)]) == [None] * 30
+    assert _track_of(await state.progress(cluster, "12"))._div is None, "30 plain reports: steady"
+    await a.on_progress_batch([report(31, float("nan")), report(32, float("nan"))])
+    assert await anomalies(bus, cluster, "12") == []
+    assert await a.on_progress_batch([report(33, float("nan")), report(34, None)]) == [None, None]
+    (found,) = await anomalies(bus, cluster, "12")
+    assert found.kind == "divergence" and found.signature_id == "divergence_nonfinite"

@@ -228,9 +228,14 @@ class ProgressTracker:
         live.observe(marks, at_s, hang_policy.window, policy.samples_kept)
         diverged = None
         for mark in marks:
-            if not isinstance(mark, CheckpointMark):
-                live.divergence = divergence.observe(live.divergence, mark)
-                diverged = diverged or divergence.verdict(live.divergence)
+            if isinstance(mark, CheckpointMark):
+                continue
+            if isinstance(mark, ProgressPoint) and mark.health is None:  # most lines: see on_progress_batch
+                div = live.advance_divergence(mark.step)
+            else:
+                div = live.divergence = divergence.observe(live.divergence, mark)
+            if div is not None:
+                diverged = diverged or divergence.verdict(div)
         if not info.get("progress_seen"):
             await self.state.track(self.cluster, job_id, {"progress_seen": "1"})
         await self.state.save_progress(self.cluster, job_id, live.encode(), live.deadline(hang_policy))
