@@ -59,7 +59,7 @@ class Follower:
         """A job's reads one after another; an entry only while one is under way (a lock kept per job
         was a few hundred bytes for every followed job)."""
         self._paths: dict[str, tuple[str, ...]] = {}
-        self._sizes: dict[tuple[str, str], int] = {}
+        self._sizes: dict[tuple[str, str], int | None] = {}
         self._paths_read_at = float("-inf")
         self._followed: list[str] = []
         self._followed_version: str | None = None
@@ -92,8 +92,9 @@ class Follower:
                 self._paths.update(await self.state.paths_many(self.cluster, unknown))
             self._forget_unfollowed(set(self._followed))
             self._files = [(job, path) for job in self._followed for path in self._paths.get(job, ())]
-            for key in self._files:
+            for key in self._files:  # (the files' own key tuples, one per file, not a copy in each map)
                 self._changed_at.setdefault(key, now)
+                self._sizes.setdefault(key, None)  # None: not read yet
             self._hot = self._recent(now)
         full = everything or now - self._full_at >= self.quiet_interval_s
         if not full:  # the recent files that have gone quiet since (a pass over the recent ones only)

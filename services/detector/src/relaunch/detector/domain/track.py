@@ -80,7 +80,8 @@ class ProgressTrack:
         self.rates = _reserved(straggler_keep)
         self.times = _reserved(straggler_keep)
         self.total = 0
-        self.rank_times: dict[int, tuple[float, ...]] = {}
+        self.rank_times: dict[int, tuple[float, ...]] | None = None
+        """None until a report names its rank (most jobs' never do: an empty dict is 64 bytes a job)."""
         self._div: divergence.DivergenceState | None = _FRESH_DIVERGENCE
         """The divergence state; None while it is steady (_STEADY but for its last step, `_div_step`)."""
         self._div_step: int | None = None
@@ -125,7 +126,7 @@ class ProgressTrack:
         track.unit, track.straggler_high, track.total = strag.unit, strag.high_step, strag.total
         track.rates.extend(strag.rates)
         track.times.extend(strag.times)
-        track.rank_times = dict(strag.rank_times)
+        track.rank_times = dict(strag.rank_times) if strag.rank_times else None
         track.divergence = div if div is not None else _FRESH_DIVERGENCE
         return track
 
@@ -137,7 +138,7 @@ class ProgressTrack:
 
     def straggler_state(self) -> stragglers.StragglerState:
         return stragglers.StragglerState(unit=self.unit, high_step=self.straggler_high, rates=tuple(self.rates),
-                                         times=tuple(self.times), total=self.total, rank_times=dict(self.rank_times))
+                                         times=tuple(self.times), total=self.total, rank_times=dict(self.rank_times or ()))
 
     # -- advancing (tracking._advance's rules, in place) -----------------------------------------
     def observe(self, marks: Iterable, at: float, hang_keep: int = hangs.MAX_WINDOW,
@@ -269,6 +270,8 @@ class ProgressTrack:
         if rank is not None:
             own = step_time if step_time is not None and step_time > 0 else 1.0 / rate
             ranks = self.rank_times  # (straggler_state() and from_states copy it)
+            if ranks is None:
+                ranks = self.rank_times = {}
             ranks[rank] = (ranks.get(rank, ()) + (own,))[-stragglers.MAX_RANK_POINTS:]
             changed = True
         if step is not None:
