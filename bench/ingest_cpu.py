@@ -34,19 +34,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from load import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
+
 
 def say(text: str) -> None:
     print(f"[ingest-cpu {time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-def load_env(run: Path) -> dict[str, str]:
-    env = {}
-    for line in (run / "env").read_text().splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, value = line[len("export "):].split("=", 1)
-            if key.startswith("RELAUNCH_"):
-                env[key] = value
-    return env
 
 
 def source_path(checkout: Path) -> str:
@@ -73,8 +65,8 @@ async def _publish(nc, cluster: str, jobs: list[str], first_step: int, steps: in
     return pub.sent
 
 
-async def _reset(nc, js) -> int:
-    """An empty progress stream and no durable on it; returns the stream's next sequence."""
+async def _reset(js) -> None:
+    """An empty progress stream and no durable on it."""
     import nats.js.errors
 
     from relaunch.common import subjects
@@ -86,7 +78,6 @@ async def _reset(nc, js) -> int:
         except nats.js.errors.NotFoundError:
             pass
     await js.purge_stream(spec.stream.name, subject=spec.filter_subject)
-    return (await js.stream_info(spec.stream.name)).state.last_seq + 1
 
 
 async def detector_worker(args: argparse.Namespace) -> dict:
@@ -111,7 +102,7 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     cluster, redis_url = env.get("RELAUNCH_CLUSTER", "local"), env["RELAUNCH_REDIS_URL"]
     admin = await nats.connect(env["RELAUNCH_NATS_URL"], **loadgen.nats_options(run))
     js = admin.jetstream()
-    await _reset(admin, js)
+    await _reset(js)
     raw = aioredis.from_url(redis_url)
     await raw.flushdb()
     bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "detector")
@@ -179,7 +170,7 @@ async def bare_worker(args: argparse.Namespace) -> dict:
     cluster = env.get("RELAUNCH_CLUSTER", "local")
     nc = await nats.connect(env["RELAUNCH_NATS_URL"], **loadgen.nats_options(run))
     js = nc.jetstream()
-    await _reset(nc, js)
+    await _reset(js)
     jobs = [str(args.first_job + i) for i in range(args.jobs)]
     total = await _publish(nc, cluster, jobs, 1, args.msgs // args.jobs, time.time() - 3600)
     spec = subjects.DETECTOR_PROGRESS

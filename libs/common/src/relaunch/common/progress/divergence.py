@@ -150,6 +150,11 @@ def observe_step(state: DivergenceState, step: int | None, policy: DivergencePol
     return state
 
 
+def with_last_step(state: DivergenceState, step: int | None) -> DivergenceState:
+    """`state` with another last step (a copy without dataclasses.replace's per-field work)."""
+    return _replace(state, last_step=step)
+
+
 def _replace(state: DivergenceState, **changes: Any) -> DivergenceState:
     """dataclasses.replace without its per-field work: observe runs for every progress report of every
     job, and replace made it a quarter of the detector's progress tracking. (DivergenceState has no

@@ -92,13 +92,12 @@ class ProgressTrack:
         div = self._div
         if div is not None:
             return div
-        return divergence.DivergenceState(calibrated=True, recent=_STEADY.recent, last_step=self._div_step)
+        return divergence.with_last_step(_STEADY, self._div_step)
 
     @divergence.setter
     def divergence(self, state: divergence.DivergenceState) -> None:
-        if state.calibrated and state.recent == _STEADY.recent and not state.bad_run and state.collapsed is None \
-                and state.first_bad_step is None and state.bad_what is None and state.skipped_total is None \
-                and state.last_scale is None:
+        # (the two cheap tests first: most states that are not steady fail one of them)
+        if state.calibrated and state.recent == _STEADY.recent and divergence.with_last_step(state, None) == _STEADY:
             self._div, self._div_step = None, state.last_step
         else:
             self._div = state
