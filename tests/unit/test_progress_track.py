@@ -182,6 +182,8 @@ def test_a_tracks_divergence_state_advanced_in_place_is_the_state_observe_makes(
             frozen = divergence.observe(frozen, mark)
         assert live.divergence == frozen and divergence.verdict(live.divergence) == divergence.verdict(frozen)
         assert live.record().get("divergence") == (None if frozen == divergence.DivergenceState() else frozen.to_dict())
-        again = track.from_record(track.decode_record(live.encode()))
+        stored = track.decode_record(live.encode())
+        assert stored.get("divergence") == (None if frozen == divergence.DivergenceState() else frozen.to_dict())
+        again = track.from_record(stored)
         assert again.divergence == frozen and (again._div is None) == (live._div is None)
     assert steady_seen > 50  # the steady path was taken, not only the frozen one

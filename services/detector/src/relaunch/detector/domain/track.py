@@ -46,6 +46,8 @@ _STEADY = divergence.DivergenceState(calibrated=True, recent="." * divergence.Di
 """The divergence state of most jobs once they have run a while (tracking observes with the default
 policy): calibrated, every recent step went through, no loss figures kept. A track in it holds its last
 step alone: no state object of its own, none made for each report."""
+_STEADY_RECORD = _STEADY.to_dict()
+"""_STEADY's stored form: a steady track's is this with its last step (`encode`, no state made to store it)."""
 _UNITS: dict[str, tuple[str, str]] = {}
 """preset -> its samples' units (throughput, step time): stragglers.rate_of's, made once per preset."""
 _CLIENT_UNITS = ("client:throughput", "client:step_time")
@@ -298,6 +300,14 @@ class ProgressTrack:
                 return anchor + policy.floor_s
         return hangs.deadline(self, policy)
 
+    def _divergence_record(self) -> dict[str, Any] | None:
+        """The divergence state as stored: None when fresh (as a record written before divergence existed)."""
+        if self._div is None:
+            record = _STEADY_RECORD.copy()
+            record["last_step"] = self._div_step
+            return record
+        return None if self._fresh_divergence() else self._div.to_dict()
+
     def _fresh_divergence(self) -> bool:
         div = self._div  # (a cheap test first: a job's divergence state has its last step once it reports)
         return div is not None and (div is _FRESH_DIVERGENCE or (div.last_step is None and div == _FRESH_DIVERGENCE))
@@ -319,7 +329,7 @@ class ProgressTrack:
                    self.save_started_at, self.save_ended_at, self.longest_save_s, self.gap_has_save,
                    self.unit, self.straggler_high, self.total,
                    {str(rank): times for rank, times in self.rank_times.items()} if self.rank_times else None,
-                   None if self._fresh_divergence() else self.divergence.to_dict()]
+                   self._divergence_record()]
         body = b"".join((_HEAD.pack(FORMAT, len(intervals), len(rates)), intervals.tobytes(), rates.tobytes(),
                          times.tobytes(), orjson.dumps(scalars)))
         return b"B" + body
