@@ -80,6 +80,12 @@ async def _reset(js) -> None:
     await js.purge_stream(spec.stream.name, subject=spec.filter_subject)
 
 
+def _split(before: os.times_result, after: os.times_result) -> dict:
+    """The CPU seconds in user space and in the kernel (a consumer that writes each acknowledgement
+    alone spends much of its time in system calls, and machines differ most in what those cost)."""
+    return {"user_s": after.user - before.user, "sys_s": after.system - before.system}
+
+
 async def detector_worker(args: argparse.Namespace) -> dict:
     import nats
     from redis import asyncio as aioredis
@@ -143,10 +149,10 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     handled = 0
     target = await _publish(admin, cluster, jobs, 1 + args.warm, args.msgs // args.jobs, base)
     gc.collect()
-    cpu0, wall0 = time.process_time(), time.monotonic()
+    cpu0, wall0, times0 = time.process_time(), time.monotonic(), os.times()
     active = True
     await asyncio.wait_for(done.wait(), 600)
-    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    cpu, wall, times = time.process_time() - cpu0, time.monotonic() - wall0, os.times()
     stop.set()
     await task
     await bus.close()
@@ -154,7 +160,7 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     await history.store.close()
     await raw.aclose()
     await admin.close()
-    return {"messages": handled, "cpu_s": cpu, "wall_s": wall}
+    return {"messages": handled, "cpu_s": cpu, "wall_s": wall, **_split(times0, times)}
 
 
 async def bare_worker(args: argparse.Namespace) -> dict:
@@ -179,7 +185,7 @@ async def bare_worker(args: argparse.Namespace) -> dict:
         ack_wait=spec.ack_wait_s, max_deliver=spec.max_deliver, filter_subject=spec.filter_subject))
     sub = await js.pull_subscribe_bind(BARE_DURABLE, stream=spec.stream.name)
     handled = 0
-    cpu0, wall0 = time.process_time(), time.monotonic()
+    cpu0, wall0, times0 = time.process_time(), time.monotonic(), os.times()
     while handled < total:
         try:
             msgs = await sub.fetch(args.bare_batch, timeout=0.5)
@@ -188,13 +194,17 @@ async def bare_worker(args: argparse.Namespace) -> dict:
         for msg in msgs:
             await msg.ack()
         handled += len(msgs)
-    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    cpu, wall, times = time.process_time() - cpu0, time.monotonic() - wall0, os.times()
     await js.delete_consumer(spec.stream.name, BARE_DURABLE)
     await nc.close()
-    return {"messages": handled, "cpu_s": cpu, "wall_s": wall}
+    return {"messages": handled, "cpu_s": cpu, "wall_s": wall, **_split(times0, times)}
 
 
 # -- the rounds ------------------------------------------------------------------------------------------
+
+def _kernel(got: dict) -> str:
+    return f"{100 * got['sys_s'] / max(got['cpu_s'], 1e-9):.0f}% of it in the kernel"
+
 
 def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
     env = {**os.environ, **load_env(Path(args.run_dir).resolve()), "PYTHONPATH": pythonpath}
@@ -238,11 +248,12 @@ def main() -> None:
         if not checkout or not Path(checkout, "services").is_dir():
             raise SystemExit(f"--variant {item!r}: NAME=CHECKOUT, a relaunch checkout (with services/)")
         variants[name] = source_path(Path(checkout).resolve())
-    rows = []
+    rows, bare_rows = [], []
     for rnd in range(1, args.rounds + 1):
         bare = measure(args, "bare", variants["this"])
         bare_rate = bare["messages"] / bare["cpu_s"]
-        say(f"round {rnd}: bare {bare_rate:,.0f} msgs per CPU-second ({bare['cpu_s']:.2f} s)")
+        say(f"round {rnd}: bare {bare_rate:,.0f} msgs per CPU-second ({bare['cpu_s']:.2f} s, {_kernel(bare)})")
+        bare_rows.append({"round": rnd, **bare, "per_cpu_s": bare_rate})
         names = list(variants) if rnd % 2 else list(reversed(variants))  # each goes first in turn
         for name in names:
             got = measure(args, "detector", variants[name])
@@ -250,23 +261,30 @@ def main() -> None:
             rows.append({"round": rnd, "variant": name, **got, "per_cpu_s": rate, "bare_per_cpu_s": bare_rate,
                          "ratio": rate / bare_rate})
             say(f"round {rnd}: {name:>8} {rate:,.0f} msgs per CPU-second ({got['cpu_s']:.2f} s for "
-                f"{got['messages']}), {rate / bare_rate:.3f} x the bare consumer")
+                f"{got['messages']}, {_kernel(got)}), {rate / bare_rate:.3f} x the bare consumer")
     summary = {}
     for name in variants:
         mine = [r for r in rows if r["variant"] == name]
         summary[name] = {"median_per_cpu_s": round(statistics.median(r["per_cpu_s"] for r in mine)),
                          "median_ratio_vs_bare": round(statistics.median(r["ratio"] for r in mine), 3),
-                         "median_us_per_msg": round(1e6 / statistics.median(r["per_cpu_s"] for r in mine), 1)}
+                         "median_us_per_msg": round(1e6 / statistics.median(r["per_cpu_s"] for r in mine), 1),
+                         "median_kernel_share": round(statistics.median(r["sys_s"] / r["cpu_s"] for r in mine), 2)}
         say(f"{name}: median {summary[name]['median_per_cpu_s']:,} msgs per CPU-second "
             f"({summary[name]['median_us_per_msg']} us a message), {summary[name]['median_ratio_vs_bare']} x the bare "
             "consumer")
-    if "this" in summary and len(summary) > 1:
+    summary["bare"] = {"median_per_cpu_s": round(statistics.median(r["per_cpu_s"] for r in bare_rows)),
+                       "median_kernel_share": round(statistics.median(r["sys_s"] / r["cpu_s"] for r in bare_rows), 2)}
+    say(f"bare: median {summary['bare']['median_per_cpu_s']:,} msgs per CPU-second; in the kernel: bare "
+        f"{summary['bare']['median_kernel_share']:.0%}, " +
+        ", ".join(f"{name} {summary[name]['median_kernel_share']:.0%}" for name in variants))
+    if "this" in summary and len(summary) > 2:
         for name in variants:
             if name != "this":
                 say(f"this / {name}: {summary['this']['median_per_cpu_s'] / summary[name]['median_per_cpu_s']:.3f} "
                     "(messages per CPU-second)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "summary": summary}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "bare": bare_rows, "summary": summary},
+                                              indent=1))
 
 
 if __name__ == "__main__":

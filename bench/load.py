@@ -71,11 +71,12 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def cpu_ticks(pid: int) -> int:
-    """CPU ticks of a process; for Postgres' postmaster, of it and its backends."""
+def cpu_ticks(pid: int, kernel_only: bool = False) -> int:
+    """CPU ticks of a process (user and system; `kernel_only`: system alone); for Postgres' postmaster,
+    of it and its backends."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        own = int(fields[11]) + int(fields[12])
+        own = int(fields[12]) if kernel_only else int(fields[11]) + int(fields[12])
     except (OSError, IndexError):
         return 0
     if pid == POSTMASTER["pid"]:
@@ -508,7 +509,9 @@ class LoadRun:
         done: dict[str, float] = {}
         pids = {"bare": self.bare.pid, "detector": self.procs["detector"].pid}
         ticks0 = {k: cpu_ticks(pid) for k, pid in pids.items()}
+        kernel0 = {k: cpu_ticks(pid, kernel_only=True) for k, pid in pids.items()}
         cpu_s: dict[str, float] = {}
+        kernel_s: dict[str, float] = {}
 
         def finished() -> bool:
             for name, count in (("bare", lambda: self.bare_handled.value - bare0),
@@ -516,6 +519,7 @@ class LoadRun:
                 if name not in done and count() >= n:
                     done[name] = time.monotonic() - t0
                     cpu_s[name] = (cpu_ticks(pids[name]) - ticks0[name]) / os.sysconf("SC_CLK_TCK")
+                    kernel_s[name] = (cpu_ticks(pids[name], kernel_only=True) - kernel0[name]) / os.sysconf("SC_CLK_TCK")
             return len(done) == 2
 
         async def watch() -> None:  # finer than the 1 s samples: the bare consumer drains fast
@@ -531,13 +535,16 @@ class LoadRun:
         phase = {"backlog": n, "seconds": {k: round(v, 2) for k, v in done.items()}, "per_s": rates,
                  "detector_vs_bare": round(rates["detector"] / rates["bare"], 2) if len(rates) == 2 else None,
                  "cpu_s": {k: round(v, 2) for k, v in cpu_s.items()}, "per_cpu_s": per_cpu_s,
+                 # (machines differ most in what system calls cost; a bare consumer makes one per ack)
+                 "kernel_share": {k: round(kernel_s[k] / v, 2) for k, v in cpu_s.items() if v > 0},
                  "detector_vs_bare_per_cpu_s": round(per_cpu_s["detector"] / per_cpu_s["bare"], 2)
                  if len(per_cpu_s) == 2 else None,
                  "cpu_cores": cpu}
         self.result["phases"]["drain"] = phase
         say(f"drain: detector {rates.get('detector')}/s, bare {rates.get('bare')}/s side by side: ratio "
             f"{phase['detector_vs_bare']}; per CPU-second: detector {per_cpu_s.get('detector')}, bare "
-            f"{per_cpu_s.get('bare')}, ratio {phase['detector_vs_bare_per_cpu_s']}; cpu {cpu}")
+            f"{per_cpu_s.get('bare')}, ratio {phase['detector_vs_bare_per_cpu_s']} (in the kernel: "
+            f"{phase['kernel_share']}); cpu {cpu}")
 
     async def run(self) -> dict:
         self.t_start = time.monotonic()
@@ -590,6 +597,10 @@ class LoadRun:
                     proc.kill()
 
 
+def _shares(shares: dict) -> str:
+    return ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) or "not measured"
+
+
 def _slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of y over x (0 with fewer than two points)."""
     if len(points) < 2:
@@ -628,7 +639,8 @@ def markdown(result: dict) -> str:
         f"| detector ingest per CPU-second >= {TARGET_RATIO_PER_CPU_S:g} x bare nats-py (side by side, "
         f"{d['backlog']} backlog) | per CPU-second: detector {d['per_cpu_s'].get('detector')}, bare "
         f"{d['per_cpu_s'].get('bare')}: **{d['detector_vs_bare_per_cpu_s']} x the bare consumer** (wall clock: "
-        f"detector {d['per_s'].get('detector')}/s, bare {d['per_s'].get('bare')}/s, ratio {d['detector_vs_bare']}) | "
+        f"detector {d['per_s'].get('detector')}/s, bare {d['per_s'].get('bare')}/s, ratio {d['detector_vs_bare']}; "
+        f"share of the CPU in the kernel: {_shares(d.get('kernel_share') or {})}) | "
         f"{ok[t['detector_per_cpu_s_at_least_bare']]} |",
         f"| detector memory <= {TARGET_BYTES_PER_JOB // 1024} KB per tracked job, windows full | RSS "
         f"{mem['detector_bytes_per_tracked_job']} B/job ({mem['detector_rss_idle_mib']} -> "

@@ -17,10 +17,11 @@ from relaunch.common import progress_history as ph
 # as relaunch uses, allows that; a Redis Cluster would not).
 _ADD = """
 local max, base, ttl, prefix = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local FIELDS = '^([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+)$'
 local function dec(v)
-  local f = {}
-  for x in string.gmatch(v, '([^,]+)') do f[#f + 1] = tonumber(x) end
-  return f
+  local a, b, c, d, e, f, g, h, i = string.match(v, FIELDS)
+  return {tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), tonumber(f), tonumber(g), tonumber(h),
+          tonumber(i)}
 end
 local function enc(f)
   return string.format('%d,%d,%d,%.6g,%d,%.6g,%d,%.3f,%.3f', f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
@@ -31,7 +32,8 @@ local function mix(a, b)
 end
 for id, points in string.gmatch(ARGV[5], '(%S+) (%S+)') do
   local key = prefix .. id
-  local w = tonumber(redis.call('HGET', key, 'w') or base)
+  local stored_w = redis.call('HGET', key, 'w')
+  local w = tonumber(stored_w or base)
   for at, step, tp, st in string.gmatch(points, '([^,;]+),([^,;]+),([^,;]+),([^,;]+)') do
     at, step, tp, st = tonumber(at), tonumber(step), tonumber(tp), tonumber(st)
     local p = {1, step, step, tp or 0, tp and 1 or 0, st or 0, st and 1 or 0, at, at}
@@ -39,7 +41,8 @@ for id, points in string.gmatch(ARGV[5], '(%S+) (%S+)') do
     local cur = redis.call('HGET', key, name)
     if cur then p = mix(dec(cur), p) end
     redis.call('HSET', key, name, enc(p))
-    while redis.call('HLEN', key) - 1 > max do
+    -- only a new bucket makes the hash longer (most points land in one that exists)
+    while not cur and redis.call('HLEN', key) - 1 > max do
       local all = redis.call('HGETALL', key)
       local wider, merged = w * 2, {}
       for j = 1, #all, 2 do
@@ -54,7 +57,7 @@ for id, points in string.gmatch(ARGV[5], '(%S+) (%S+)') do
       w = wider
     end
   end
-  redis.call('HSET', key, 'w', w)
+  if tostring(w) ~= stored_w then redis.call('HSET', key, 'w', w) end  -- written when new or widened
   redis.call('EXPIRE', key, ttl)
 end
 return 0
