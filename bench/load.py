@@ -535,7 +535,7 @@ class LoadRun:
         phase = {"backlog": n, "seconds": {k: round(v, 2) for k, v in done.items()}, "per_s": rates,
                  "detector_vs_bare": round(rates["detector"] / rates["bare"], 2) if len(rates) == 2 else None,
                  "cpu_s": {k: round(v, 2) for k, v in cpu_s.items()}, "per_cpu_s": per_cpu_s,
-                 # (machines differ most in what system calls cost; a bare consumer makes one per ack)
+                 # (whether machines differ in what system calls cost: a bare consumer makes one per ack)
                  "kernel_share": {k: round(kernel_s[k] / v, 2) for k, v in cpu_s.items() if v > 0},
                  "detector_vs_bare_per_cpu_s": round(per_cpu_s["detector"] / per_cpu_s["bare"], 2)
                  if len(per_cpu_s) == 2 else None,

@@ -34,6 +34,7 @@ for id, points in string.gmatch(ARGV[5], '(%S+) (%S+)') do
   local key = prefix .. id
   local stored_w = redis.call('HGET', key, 'w')
   local w = tonumber(stored_w or base)
+  local write_w = not stored_w  -- written when new or widened
   for at, step, tp, st in string.gmatch(points, '([^,;]+),([^,;]+),([^,;]+),([^,;]+)') do
     at, step, tp, st = tonumber(at), tonumber(step), tonumber(tp), tonumber(st)
     local p = {1, step, step, tp or 0, tp and 1 or 0, st or 0, st and 1 or 0, at, at}
@@ -54,10 +55,10 @@ for id, points in string.gmatch(ARGV[5], '(%S+) (%S+)') do
       end
       redis.call('DEL', key)
       for s, f in pairs(merged) do redis.call('HSET', key, s, enc(f)) end
-      w = wider
+      w, write_w = wider, true
     end
   end
-  if tostring(w) ~= stored_w then redis.call('HSET', key, 'w', w) end  -- written when new or widened
+  if write_w then redis.call('HSET', key, 'w', w) end
   redis.call('EXPIRE', key, ttl)
 end
 return 0

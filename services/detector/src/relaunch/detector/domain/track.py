@@ -316,8 +316,9 @@ class ProgressTrack:
     def record(self) -> dict[str, Any]:
         """The record tracking stores as JSON (tracking._record): {attempt, hang, straggler[, divergence]}."""
         out = {"attempt": self.attempt, "hang": self.hang_state().to_dict(), "straggler": self.straggler_state().to_dict()}
-        if not self._fresh_divergence():
-            out["divergence"] = self.divergence.to_dict()
+        div = self._divergence_record()
+        if div is not None:
+            out["divergence"] = div
         return out
 
     def encode(self) -> bytes:
