@@ -74,6 +74,10 @@ async def test_segfault_line_gives_one_anomaly_with_the_node(parts, tmp_path):
         await detector.on_log(LogBatch.model_validate_json(data), DELIVERY)  # redelivered
     found = [AnomalyDetected.model_validate_json(m) for m in await messages(bus, subjects.event_anomaly(cluster, "3"))]
     assert len(found) == 1 and found[0].signature_id == "segfault" and found[0].nodes == ["node2"]
+    info, explained = await state.job_unless_anomaly(cluster, "3", 0)
+    assert explained and info == await state.job(cluster, "3") and info["nodes"]
+    assert await state.job_unless_anomaly(cluster, "3", 1) == (info, False)
+    assert await state.job_unless_anomaly(cluster, "3", 0, kinds=("hang",)) == (info, False)
 
 
 async def test_failure_without_a_known_line_falls_back_after_the_grace(parts, tmp_path):

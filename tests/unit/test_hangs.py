@@ -189,10 +189,15 @@ def test_state_round_trips_through_json():
     state = observe_checkpoint(state, "started", t + 1)
     again = HangState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert again == state and deadline(again, POLICY) == deadline(state, POLICY)
+    assert HangState.high_step_of(state.to_dict()) == state.high_step == 20
+    assert HangState.high_step_of(new_state(T0).to_dict()) is None
     with pytest.raises(ValueError):
         HangState.from_dict({"v": 99})
     with pytest.raises(ValueError):
         HangState.from_dict({"v": 1, "watched_since": "x"})
+    for bad in ({"v": 99, "high_step": 3}, {"v": 1}, {"v": 1, "high_step": "x"}):
+        with pytest.raises(ValueError):
+            HangState.high_step_of(bad)
 
 
 def test_the_state_stays_bounded():

@@ -20,7 +20,7 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import unreadable_reason
-from .domain.detection import crash_from_log, crash_from_scheduler
+from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker
 
@@ -50,14 +50,16 @@ class Detector:
         await self.tracker.on_batch(batch)
         if self.history is not None:
             await self.history.on_log(batch)
-        info = await self.state.job(batch.cluster, batch.job_id)
-        found = crash_from_log(batch, self.catalogue, parse_nodes(info.get("nodes")), utcnow())
+        # Most batches show no failure: the job's hash (its nodes) is read only for those that do, with
+        # whether the attempt has its anomaly already, in one round trip.
+        found = classify_batch(batch, self.catalogue)
         if found is None:
             return
-        anomaly, cascade = found
-        if await self.state.has_anomaly(batch.cluster, batch.job_id, batch.attempt):
+        info, explained = await self.state.job_unless_anomaly(batch.cluster, batch.job_id, batch.attempt)
+        if explained:
             return
-        if cascade:
+        anomaly = crash_anomaly(batch, found, parse_nodes(info.get("nodes")), utcnow())
+        if found.cascade:
             await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
             return
         await self._publish(anomaly, batch.read_at)

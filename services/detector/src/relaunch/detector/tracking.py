@@ -321,7 +321,7 @@ class ProgressTracker:
         data = await self.state.progress(self.cluster, job_id)
         if data is None or data.get("attempt") != attempt:
             return None
-        return hangs.HangState.from_dict(data["hang"]).high_step
+        return hangs.HangState.high_step_of(data["hang"])
 
     async def progress_of(self, job_id: str, attempt: int) -> lost_nodes.Progress:
         """The attempt's last step, its time and recent step intervals (for lost-node detection)."""

@@ -137,6 +137,15 @@ class HotState:
         keys = [f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds]
         return bool(await self._call(self.r.exists(*keys)))
 
+    async def job_unless_anomaly(self, cluster: str, job_id: str, attempt: int,
+                                 kinds: tuple[str, ...] = ("crash", "hang")) -> tuple[dict[str, str], bool]:
+        """`job` and `has_anomaly` together, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(f"rl:job:{cluster}:{job_id}")
+        pipe.exists(*(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds))
+        info, found = await self._call(pipe.execute())
+        return info, bool(found)
+
     async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, kind: str, signature_id: str) -> None:
         await self._call(self.r.set(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}", signature_id,
                                     ex=ANOMALY_TTL_S))

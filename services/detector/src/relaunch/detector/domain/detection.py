@@ -39,11 +39,22 @@ def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[
 
     `nodes` are the job's nodes: the anomaly names the culprits among them when the log points at
     some (so that restart_excluding excludes only those), else all of them, as before."""
-    scanner = catalogue if isinstance(catalogue, Scanner) else scanner_for(catalogue)
-    found = classify(scanner.scan(batch.lines))
+    found = classify_batch(batch, catalogue)
     if found is None:
         return None
-    return _anomaly(batch, found, _implicated(found.nodes, nodes), now), found.cascade
+    return crash_anomaly(batch, found, nodes, now), found.cascade
+
+
+def classify_batch(batch: LogBatch, catalogue: Catalogue | Scanner) -> Classification | None:
+    """The batch's root cause, if its lines show a failure (crash_from_log's first half: it needs no job
+    nodes, so a caller reads them only for the few batches that show one)."""
+    scanner = catalogue if isinstance(catalogue, Scanner) else scanner_for(catalogue)
+    return classify(scanner.scan(batch.lines))
+
+
+def crash_anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.datetime) -> AnomalyDetected:
+    """crash_from_log's second half: `found` (classify_batch's) as an anomaly against the job's `nodes`."""
+    return _anomaly(batch, found, _implicated(found.nodes, nodes), now)
 
 
 def _implicated(culprits: tuple[str, ...], job_nodes: list[str]) -> list[str]:

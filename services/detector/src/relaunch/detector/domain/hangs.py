@@ -122,6 +122,16 @@ class HangState:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"hang state is malformed: {exc}") from exc
 
+    @staticmethod
+    def high_step_of(data: Mapping[str, Any]) -> int | None:
+        """from_dict(data).high_step, without making the state (its intervals) to read one number."""
+        if data.get("v") != STATE_VERSION:
+            raise ValueError(f"hang state version {data.get('v')!r} is not {STATE_VERSION}")
+        try:
+            return _opt(int, data["high_step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"hang state is malformed: {exc}") from exc
+
     @classmethod
     def from_own_dict(cls, data: Mapping[str, Any]) -> HangState:
         """from_dict for what to_dict of this very process made (no checks: it runs for every report)."""
