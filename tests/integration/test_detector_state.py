@@ -14,7 +14,8 @@ from relaunch.detector.domain import hangs, stragglers
 from relaunch.common.diagnosis.signatures import builtin_catalogue
 from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.handlers import Detector
-from relaunch.detector.tracking import ProgressTracker
+from relaunch.detector.domain.track import ProgressTrack
+from relaunch.detector.tracking import ProgressTracker, high_step_in
 
 pytestmark = pytest.mark.integration
 DELIVERY = Delivery("s", 1, 1)
@@ -78,6 +79,26 @@ async def test_segfault_line_gives_one_anomaly_with_the_node(parts, tmp_path):
     assert explained and info == await state.job(cluster, "3") and info["nodes"]
     assert await state.job_unless_anomaly(cluster, "3", 1) == (info, False)
     assert await state.job_unless_anomaly(cluster, "3", 0, kinds=("hang",)) == (info, False)
+    assert await state.crash_context(cluster, "3", 0) == (info, True, None)
+    track = ProgressTrack(0, 1000.0, 8, 8)
+    for step in (1, 2, 7):
+        track.observe_report(step, None, None, None, 1000.0 + step, 8, 8)
+    await state.save_progress(cluster, "3", track.encode(), None)
+    info2, explained, progress = await state.crash_context(cluster, "3", 0)
+    assert (info2, explained, high_step_in(progress, 0), high_step_in(progress, 1)) == (info, True, 7, None)
+    assert await detector.tracker.last_step("3", 0) == 7
+    # a finished attempt's hash written with its progress state and hang deadline forgotten, in one call
+    await state.save_progress(cluster, "3", track.encode(), 5.0)
+    assert await state.due_hangs(cluster, 10.0) == ["3"]
+    await state.track(cluster, "3", {"state": "FAILED", "attempt": "0"}, forget_progress=True)
+    assert await state.progress(cluster, "3") is None and await state.due_hangs(cluster, 10.0) == []
+    assert (await state.job(cluster, "3"))["state"] == "FAILED" and "3" in await state.followed(cluster)
+    version = await state.followed_version(cluster)
+    await state.track(cluster, "3", {"state": "RUNNING"})  # followed already: the version stays
+    assert await state.followed_version(cluster) == version and await state.progress(cluster, "3") is None
+    await state.untrack(cluster, "3")
+    await state.track(cluster, "3", {"state": "RUNNING"})
+    assert int(await state.followed_version(cluster)) == int(version) + 2
 
 
 async def test_failure_without_a_known_line_falls_back_after_the_grace(parts, tmp_path):

@@ -22,7 +22,7 @@ from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import unreadable_reason
 from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler
 from .anomalies import AnomalyPublisher
-from .tracking import ProgressTracker
+from .tracking import ProgressTracker, high_step_in
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,30 @@ class Detector:
         if self.history is not None:
             await self.history.on_log(batch)
         # Most batches show no failure: the job's hash (its nodes) is read only for those that do, with
-        # whether the attempt has its anomaly already, in one round trip.
+        # whether the attempt has its anomaly already and its last step, in one round trip.
         found = classify_batch(batch, self.catalogue)
         if found is None:
             return
-        info, explained = await self.state.job_unless_anomaly(batch.cluster, batch.job_id, batch.attempt)
+        info, explained, progress = await self.state.crash_context(batch.cluster, batch.job_id, batch.attempt)
         if explained:
             return
         anomaly = crash_anomaly(batch, found, parse_nodes(info.get("nodes")), utcnow())
         if found.cascade:
             await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
             return
-        await self._publish(anomaly, batch.read_at)
+        if (step := high_step_in(progress, batch.attempt)) is not None:
+            anomaly = anomaly.model_copy(update={"last_step": step})
+        await self.anomalies.publish(anomaly, batch.read_at)
 
     async def _on_job(self, obs: JobObserved) -> None:
         c, job = obs.cluster, obs.job_id
-        info = await self.state.job(c, job)
+        failed = obs.state in FAILED_STATES
+        # A failed attempt's anomaly is usually out already (its log said why): asked with the job's hash.
+        # A mark is never taken back, so only a "not yet" is asked again once the log was read (below).
+        if failed:
+            info, explained = await self.state.job_unless_anomaly(c, job, obs.restarts)
+        else:
+            info, explained = await self.state.job(c, job), False
         # An observation without paths (the actuator found the job in accounting and Slurm kept no
         # path) does not erase the paths an earlier observation gave.
         fields = {"stdout": obs.stdout or info.get("stdout", ""), "stderr": obs.stderr or info.get("stderr", ""),
@@ -85,14 +93,17 @@ class Detector:
         elif known_attempt < obs.restarts:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
             fields["attempt"] = str(obs.restarts)
-        await self.state.track(c, job, fields)
+        # A finished attempt stops being watched for hangs and stragglers in the same round trip
+        # (ProgressTracker.on_attempt's part for it).
+        finished = failed or obs.state in ("COMPLETED", "CANCELLED")
+        await self.state.track(c, job, fields, forget_progress=finished)
         self.follower.refresh(job)
-        await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING",
-                                      finished=obs.state in FAILED_STATES or obs.state in ("COMPLETED", "CANCELLED"))
+        if not finished:
+            await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING", finished=False)
 
-        if obs.state in FAILED_STATES:
+        if failed:
             await self.follower.read_job(job)
-            if not await self.state.has_anomaly(c, job, obs.restarts):
+            if not explained and not await self.state.has_anomaly(c, job, obs.restarts):
                 age = (utcnow() - obs.observed_at).total_seconds()
                 if age < self.grace_s:
                     raise TemporaryError("waiting for log lines that explain the failure",

@@ -202,7 +202,9 @@ class ProgressTracker:
                     results[i] = exc
 
     async def on_attempt(self, job_id: str, attempt: int, running: bool, finished: bool) -> None:
-        """Called on every JobObserved: a new attempt starts fresh; a finished one stops being watched."""
+        """Called on every JobObserved: a new attempt starts fresh; a finished one stops being watched.
+        (The detector's handler forgets a finished attempt's state with its write of the job's hash
+        instead, in one round trip: HotState.track(..., forget_progress=True).)"""
         if finished:
             await self.state.forget_progress(self.cluster, job_id)
             return
@@ -318,10 +320,7 @@ class ProgressTracker:
     async def last_step(self, job_id: str, attempt: int) -> int | None:
         """The highest step the attempt reached, as far as this detector saw (for the decider's
         no-progress rules)."""
-        data = await self.state.progress(self.cluster, job_id)
-        if data is None or data.get("attempt") != attempt:
-            return None
-        return hangs.HangState.high_step_of(data["hang"])
+        return high_step_in(await self.state.progress(self.cluster, job_id), attempt)
 
     async def progress_of(self, job_id: str, attempt: int) -> lost_nodes.Progress:
         """The attempt's last step, its time and recent step intervals (for lost-node detection)."""
@@ -435,3 +434,11 @@ def _client_point(msg: ProgressReported) -> ProgressPoint | OverflowMark:
     point.__dict__.update(step=msg.step, throughput=msg.throughput, step_time_s=msg.step_time_s, rank=msg.rank,
                           preset="client", health=health, total=None)
     return point
+
+
+def high_step_in(data: dict | None, attempt: int) -> int | None:
+    """The highest step `attempt` reached in a stored progress state (HotState.progress's), None when
+    the state is of another attempt or there is none."""
+    if data is None or data.get("attempt") != attempt:
+        return None
+    return hangs.HangState.high_step_of(data["hang"])

@@ -50,6 +50,7 @@ class HotState:
         self._read_progress = self.raw.register_script(_READ_PROGRESS)
         self._save_progress = self.raw.register_script(_SAVE_PROGRESS)
         self._follow = self.r.register_script(_FOLLOW)
+        self._track = self.r.register_script(_TRACK)
         self._heard = self.r.register_script(_HEARD)
         # Tokens of progress-state writes: unique to this client (a random writer id and a counter), so a
         # token held by a reader can only ever match the very write it read (even after Redis lost its data).
@@ -114,11 +115,15 @@ class HotState:
     async def job(self, cluster: str, job_id: str) -> dict[str, str]:
         return await self._call(self.r.hgetall(f"rl:job:{cluster}:{job_id}"))
 
-    async def track(self, cluster: str, job_id: str, fields: dict[str, str]) -> None:
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(f"rl:job:{cluster}:{job_id}", mapping=fields)
-        await self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SADD", job_id], client=pipe)
-        await self._call(pipe.execute())
+    async def track(self, cluster: str, job_id: str, fields: dict[str, str], forget_progress: bool = False) -> None:
+        """Write `fields` into the job's hash and follow the job; with `forget_progress`, also drop its
+        progress state and hang deadline (a finished attempt: `forget_progress`). One script call, one
+        round trip (a MULTI with a script in it was two: redis-py asks SCRIPT EXISTS first)."""
+        args = [job_id, "1" if forget_progress else "0"]
+        for name, value in fields.items():
+            args += (name, value)
+        await self._call(self._track(keys=[f"rl:job:{cluster}:{job_id}", f"rl:follow:{cluster}", f"rl:followv:{cluster}",
+                                           f"rl:prog:{cluster}:{job_id}", f"rl:hangdl:{cluster}"], args=args))
 
     async def untrack(self, cluster: str, job_id: str) -> None:
         await self._call(self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SREM", job_id]))
@@ -145,6 +150,16 @@ class HotState:
         pipe.exists(*(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds))
         info, found = await self._call(pipe.execute())
         return info, bool(found)
+
+    async def crash_context(self, cluster: str, job_id: str, attempt: int) -> tuple[dict[str, str], bool, dict | None]:
+        """What a failure found in a log needs, in one round trip: `job`, `has_anomaly` (a crash or a
+        hang) and `progress` (the stored state, for the attempt's last step)."""
+        pipe = self.raw.pipeline(transaction=False)  # the progress state is bytes: the raw client
+        pipe.hgetall(f"rl:job:{cluster}:{job_id}")
+        pipe.exists(*(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in ("crash", "hang")))
+        pipe.get(f"rl:prog:{cluster}:{job_id}")
+        info, found, progress = await self._call(pipe.execute())
+        return {k.decode(): v.decode() for k, v in info.items()}, bool(found), _state(progress)[1]
 
     async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, kind: str, signature_id: str) -> None:
         await self._call(self.r.set(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}", signature_id,
@@ -273,6 +288,23 @@ _FOLLOW = """
 -- KEYS: the followed set, its version. ARGV: SADD or SREM, the job. The version changes only when the set does.
 if redis.call(ARGV[1], KEYS[1], ARGV[2]) == 1 then
   redis.call('INCR', KEYS[2])
+end
+return 0
+"""
+
+_TRACK = """
+-- KEYS: the job's hash, the followed set, its version, the job's progress state, the hang deadlines.
+-- ARGV: the job, '1' to forget its progress state and deadline (a finished attempt) or '0', then the
+-- hash's field, value pairs. The version changes only when the set does (as _FOLLOW).
+if #ARGV > 2 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+end
+if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
+  redis.call('INCR', KEYS[3])
+end
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[4])
+  redis.call('ZREM', KEYS[5], ARGV[1])
 end
 return 0
 """
