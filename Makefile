@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-ingest bench-restart bench-scan reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-restart  the same on every Slurm release, with the default batch_sched_delay and with 0 (about 25 min)"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
 	@echo "make bench-ingest  the detector's CPU per progress message, in process, beside a bare nats-py consumer (BEFORE=<checkout> beside another commit)"
+	@echo "make bench-failure  the detector's and the decider's CPU per failure (bench-load's 1,000 failures), in process (BEFORE=<checkout> beside another commit)"
 	@echo "make bench-scan  relaunch classify --json against grep -E on a 512 MiB realistic log (LOG= another)"
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
@@ -114,6 +115,16 @@ DURATION ?= 120
 bench-load: setup
 	@$(BENCH_LOAD_STACK) bash scripts/stack.sh infra-up
 	@$(BENCH_LOAD_STACK) $(PY) bench/load.py --run-dir .run/bench-load --jobs $(JOBS) --duration $(DURATION); \
+		rc=$$?; $(BENCH_LOAD_STACK) bash scripts/stack.sh down; exit $$rc
+
+# The CPU one failure (an InfiniBand error line, then Slurm's FAILED) costs the detector and the decider,
+# stage by stage through their own handlers, in process (bench-load's failure phase without the noise of
+# the rest of its load); BEFORE=<checkout> measures another checkout in the same rounds. Results in
+# bench/results/failure-cpu.json.
+bench-failure: setup
+	@$(BENCH_LOAD_STACK) bash scripts/stack.sh infra-up
+	@$(BENCH_LOAD_STACK) $(PY) bench/failure_cpu.py --run-dir .run/bench-load --rounds 3 \
+		$(if $(BEFORE),--variant before=$(BEFORE)) --json bench/results/failure-cpu.json; \
 		rc=$$?; $(BENCH_LOAD_STACK) bash scripts/stack.sh down; exit $$rc
 
 # The detector's progress ingest in process: CPU seconds per message beside the bare nats-py consumer,
