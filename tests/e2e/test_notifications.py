@@ -19,6 +19,7 @@ from slurmjobs import VENV_BIN, job_fields, kill9, ledger, sbatch, stack, wait_u
 from webhook_receiver import Receiver
 
 from relaunch.actuator.domain.hostlists import expand
+from relaunch.common import subjects
 
 pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -96,10 +97,13 @@ def test_every_event_of_a_recovery_reaches_a_receiver_that_was_down_for_part_of_
     time.sleep(1)
     receiver.up()
     expected = {("node_excluded", job), ("job_stopped", stopped)}
-    try:  # the next try of each is at most RETRY_MAX_S away (or ack_wait, 30 s, for one in flight at the kill)
+    # The next try of each is at most RETRY_MAX_S away; one the killed notifier held (delivered, not yet
+    # answered) comes back only after the durable's ack_wait (120 s), which a 90 s wait missed once in CI.
+    wait_s = max(subjects.NOTIFIER_AUDIT.ack_wait_s, subjects.NOTIFIER_RECONCILE.ack_wait_s) + 30
+    try:
         events = wait_until("both events at the receiver", lambda: (
             got := mine(receiver, {job, stopped})) and {(e["kind"], e["job_id"]) for e in got} >= expected and got,
-            timeout=90)
+            timeout=wait_s)
     except AssertionError as exc:
         raise AssertionError(f"{exc}: the receiver has {[(e['kind'], e['job_id']) for e in receiver.events()]}; "
                              f"notifier metrics {metrics(services)}") from None
