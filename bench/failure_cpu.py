@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from ingest_cpu import source_path  # noqa: E402 - the src folders of a checkout, for PYTHONPATH
+from ingest_cpu import checkouts, worker_env  # noqa: E402 - --variant's checkouts, a worker's environment
 from load import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
 
 STAGES = ("detector_log_crash", "detector_failed", "decider_anomaly", "decider_failed")
@@ -161,12 +161,7 @@ async def decider_worker(args: argparse.Namespace) -> dict:
 
 
 def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
-    env = {**os.environ, **load_env(Path(args.run_dir).resolve()), "PYTHONPATH": pythonpath}
-    for key in ("RELAUNCH_NATS_USER", "RELAUNCH_NATS_PASSWORD_FILE"):
-        env.pop(key, None)
-    creds = Path(args.run_dir).resolve() / "creds" / f"{role}.pass"
-    if creds.exists():  # the stack's NATS has users: each service's own
-        env["RELAUNCH_NATS_USER"], env["RELAUNCH_NATS_PASSWORD_FILE"] = role, str(creds)
+    env = worker_env(args.run_dir, pythonpath, role)  # each service's own NATS user, when the stack has users
     cmd = [sys.executable, __file__, "--worker", role, "--run-dir", args.run_dir, "--jobs", str(args.jobs)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -188,12 +183,7 @@ def main() -> None:
         result = asyncio.run(detector_worker(args) if args.worker == "detector" else decider_worker(args))
         print(json.dumps(result))
         return
-    variants = {"this": source_path(REPO)}
-    for item in args.variant:
-        name, _, checkout = item.partition("=")
-        if not checkout or not Path(checkout, "services").is_dir():
-            raise SystemExit(f"--variant {item!r}: NAME=CHECKOUT, a relaunch checkout (with services/)")
-        variants[name] = source_path(Path(checkout).resolve())
+    variants = checkouts(args.variant)
     rows = []
     for rnd in range(1, args.rounds + 1):
         names = list(variants) if rnd % 2 else list(reversed(variants))  # each goes first in turn

@@ -216,13 +216,31 @@ def _kernel(got: dict) -> str:
     return f"{100 * got['sys_s'] / max(got['cpu_s'], 1e-9):.0f}% of it in the kernel"
 
 
-def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
-    env = {**os.environ, **load_env(Path(args.run_dir).resolve()), "PYTHONPATH": pythonpath}
+def worker_env(run_dir: str, pythonpath: str, nats_user: str) -> dict[str, str]:
+    """A worker's environment: the stack's settings, the checkout's sources first on the path, and the
+    stack's NATS user `nats_user` when the stack has users (its password file)."""
+    env = {**os.environ, **load_env(Path(run_dir).resolve()), "PYTHONPATH": pythonpath}
     for key in ("RELAUNCH_NATS_USER", "RELAUNCH_NATS_PASSWORD_FILE"):
         env.pop(key, None)
-    creds = Path(args.run_dir).resolve() / "creds" / "detector.pass"
+    creds = Path(run_dir).resolve() / "creds" / f"{nats_user}.pass"
     if creds.exists():
-        env["RELAUNCH_NATS_USER"], env["RELAUNCH_NATS_PASSWORD_FILE"] = "detector", str(creds)
+        env["RELAUNCH_NATS_USER"], env["RELAUNCH_NATS_PASSWORD_FILE"] = nats_user, str(creds)
+    return env
+
+
+def checkouts(items: list[str]) -> dict[str, str]:
+    """--variant NAME=CHECKOUT items as name -> PYTHONPATH, after "this" (this checkout)."""
+    variants = {"this": source_path(REPO)}
+    for item in items:
+        name, _, checkout = item.partition("=")
+        if not checkout or not Path(checkout, "services").is_dir():
+            raise SystemExit(f"--variant {item!r}: NAME=CHECKOUT, a relaunch checkout (with services/)")
+        variants[name] = source_path(Path(checkout).resolve())
+    return variants
+
+
+def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
+    env = worker_env(args.run_dir, pythonpath, "detector")
     cmd = [sys.executable, __file__, "--worker", role, "--run-dir", args.run_dir, "--jobs", str(args.jobs),
            "--warm", str(args.warm), "--msgs", str(args.msgs), "--bare-batch", str(args.bare_batch),
            "--first-job", str(args.first_job)] + (["--engine-only"] if args.engine_only else [])
@@ -252,12 +270,7 @@ def main() -> None:
         result = asyncio.run(detector_worker(args) if args.worker == "detector" else bare_worker(args))
         print(json.dumps(result))
         return
-    variants = {"this": source_path(REPO)}
-    for item in args.variant:
-        name, _, checkout = item.partition("=")
-        if not checkout or not Path(checkout, "services").is_dir():
-            raise SystemExit(f"--variant {item!r}: NAME=CHECKOUT, a relaunch checkout (with services/)")
-        variants[name] = source_path(Path(checkout).resolve())
+    variants = checkouts(args.variant)
     rows, bare_rows = [], []
     for rnd in range(1, args.rounds + 1):
         bare = measure(args, "bare", variants["this"])

@@ -29,6 +29,8 @@ from ..domain.track import decode_record
 ANOMALY_TTL_S = 14 * 86400
 MAX_CONNECTIONS = 64
 PROGRESS_FIELDS = ("attempt", "options", "progress_seen")
+EXPLAINED_BY = ("crash", "hang")
+"""The anomaly kinds that explain an attempt's failure (has_anomaly's default)."""
 # Progress states are JSON of a few hundred floats, read and written for every report: orjson does
 # that 3-8 times faster than json (the same text, so states written by either read back alike).
 """The fields of a job's hash that progress tracking reads (HMGET: not its file offsets and paths)."""
@@ -137,17 +139,16 @@ class HotState:
         await self._call(self.r.hset(f"rl:job:{cluster}:{job_id}", f"off:{path}", offset))
 
     async def has_anomaly(self, cluster: str, job_id: str, attempt: int,
-                          kinds: tuple[str, ...] = ("crash", "hang")) -> bool:
+                          kinds: tuple[str, ...] = EXPLAINED_BY) -> bool:
         """Whether the attempt already has an anomaly of one of `kinds` (a crash or a hang explains it)."""
-        keys = [f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds]
-        return bool(await self._call(self.r.exists(*keys)))
+        return bool(await self._call(self.r.exists(*_anomaly_keys(cluster, job_id, attempt, kinds))))
 
     async def job_unless_anomaly(self, cluster: str, job_id: str, attempt: int,
-                                 kinds: tuple[str, ...] = ("crash", "hang")) -> tuple[dict[str, str], bool]:
+                                 kinds: tuple[str, ...] = EXPLAINED_BY) -> tuple[dict[str, str], bool]:
         """`job` and `has_anomaly` together, in one round trip."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(f"rl:job:{cluster}:{job_id}")
-        pipe.exists(*(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds))
+        pipe.exists(*_anomaly_keys(cluster, job_id, attempt, kinds))
         info, found = await self._call(pipe.execute())
         return info, bool(found)
 
@@ -156,13 +157,13 @@ class HotState:
         hang) and `progress` (the stored state, for the attempt's last step)."""
         pipe = self.raw.pipeline(transaction=False)  # the progress state is bytes: the raw client
         pipe.hgetall(f"rl:job:{cluster}:{job_id}")
-        pipe.exists(*(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in ("crash", "hang")))
+        pipe.exists(*_anomaly_keys(cluster, job_id, attempt, EXPLAINED_BY))
         pipe.get(f"rl:prog:{cluster}:{job_id}")
         info, found, progress = await self._call(pipe.execute())
         return {k.decode(): v.decode() for k, v in info.items()}, bool(found), _state(progress)[1]
 
     async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, kind: str, signature_id: str) -> None:
-        await self._call(self.r.set(f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}", signature_id,
+        await self._call(self.r.set(_anomaly_keys(cluster, job_id, attempt, (kind,))[0], signature_id,
                                     ex=ANOMALY_TTL_S))
 
     async def progress(self, cluster: str, job_id: str) -> dict | None:
@@ -384,6 +385,10 @@ def _state(raw: bytes | None) -> tuple[str | None, dict | None]:
     except ValueError:
         return None, None
     return (token.decode("ascii", "replace") or None), data
+
+
+def _anomaly_keys(cluster: str, job_id: str, attempt: int, kinds: tuple[str, ...]) -> list[str]:
+    return [f"rl:anomaly:{cluster}:{job_id}:{attempt}:{kind}" for kind in kinds]
 
 
 def nodes_field(nodes: list[str]) -> str:
