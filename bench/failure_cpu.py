@@ -12,6 +12,8 @@ change of a tenth shows:
   with a progress state at full windows, as after the load bench's steady phase; a 512-message fetch
   handled at once, as consume_each does);
 - detector, FAILED: `Detector.on_job` of the FAILED observation after it (the log read once more);
+  in both detector stages the follower runs its passes every 0.1 s, as in the service, over --followed
+  jobs (the failing ones and quiet others, as bench/load.py's 10,000);
 - decider, anomaly: `Decider.on_anomaly` of the anomaly the detector makes of that line (jobs observed
   RUNNING first; 64 at a time), its Advice published by the outbox;
 - decider, FAILED: `Decider.on_job` of the FAILED observation.
@@ -20,7 +22,7 @@ FastStream's own per-message work (decoding, middlewares, spans) is not in these
 
     RELAUNCH_RUN_DIR=.run/bench-load bash scripts/stack.sh infra-up    # (no relaunch services)
     python bench/failure_cpu.py --run-dir .run/bench-load [--jobs 1000] [--rounds 3]
-        [--variant before=/path/to/other/checkout] [--json FILE]
+        [--followed 10000] [--variant before=/path/to/other/checkout] [--json FILE]
 """
 
 from __future__ import annotations
@@ -88,14 +90,23 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
     detector = Detector(bus, state, follower, builtin_catalogue(), grace_s=2.0, tracker=tracker)
     delivery = Delivery("bench", 1, 1)
-    jobs = loadgen.make_jobs(args.jobs, random.randint(100, 999))
+    everyone = loadgen.make_jobs(max(args.followed, args.jobs), random.randint(100, 999))
+    jobs, quiet = everyone[:args.jobs], everyone[args.jobs:]
     out: dict = {}
+    stop = asyncio.Event()
     with tempfile.TemporaryDirectory(prefix="bench-failure-") as logs:
-        path = {j.job_id: str(Path(logs) / f"{j.job_id}.out") for j in jobs}
+        path = {j.job_id: str(Path(logs) / f"{j.job_id}.out") for j in everyone}
         for j in jobs:
             Path(path[j.job_id]).write_text("step 1 | loss 2.0\n")
+        for j in quiet:  # followed, their files empty (bench/load.py's jobs print nothing)
+            Path(path[j.job_id]).touch()
+        await _chunks(lambda j: state.track(cluster, j.job_id, {"attempt": "0", "stdout": path[j.job_id],
+                                                                "stderr": path[j.job_id], "state": "RUNNING"}),
+                      quiet, 512)
         await _chunks(lambda j: detector.on_job(loadgen.observed(cluster, j, "RUNNING", stdout=path[j.job_id]),
                                                 delivery), jobs, 512)
+        await follower.pass_once(everything=True)  # every job read once, as after a while in the service
+        following = asyncio.create_task(follower.run(stop))
         for j in jobs:  # a progress state at full windows, as after bench/load.py's steady phase
             track = ProgressTrack(0, 1000.0, 101, 46)
             for step in range(1, 130):
@@ -109,6 +120,8 @@ async def detector_worker(args: argparse.Namespace) -> dict:
             failed = await _chunks(fn, jobs, 512)
             user2, system2 = _cpu()
             out[name] = {"user_s": user2 - user, "sys_s": system2 - system, "failed": failed}
+        stop.set()
+        await following
     await bus.close()
     await state.close()
     return out
@@ -162,7 +175,8 @@ async def decider_worker(args: argparse.Namespace) -> dict:
 
 def measure(args: argparse.Namespace, role: str, pythonpath: str) -> dict:
     env = worker_env(args.run_dir, pythonpath, role)  # each service's own NATS user, when the stack has users
-    cmd = [sys.executable, __file__, "--worker", role, "--run-dir", args.run_dir, "--jobs", str(args.jobs)]
+    cmd = [sys.executable, __file__, "--worker", role, "--run-dir", args.run_dir, "--jobs", str(args.jobs),
+           "--followed", str(args.followed)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"{role} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -173,6 +187,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", default=os.environ.get("RELAUNCH_RUN_DIR", str(REPO / ".run" / "bench-load")))
     ap.add_argument("--jobs", type=int, default=1000, help="simultaneous failures per measurement")
+    ap.add_argument("--followed", type=int, default=10_000,
+                    help="jobs the detector follows (the failing ones and quiet others), as bench/load.py's")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=CHECKOUT",
                     help="another checkout measured in each round beside this one")
