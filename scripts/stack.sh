@@ -5,7 +5,8 @@
 #
 #   scripts/stack.sh up | down | infra-up | services-up | services-down | status
 #   scripts/stack.sh stop nats|redis|postgres|slurmctld|slurmdbd|slurmrestd   (one server, for fault tests; infra-up restarts it)
-#   scripts/stack.sh cut NODE | heal NODE      (contract: the node's link down / up again; hosts topology)
+#   scripts/stack.sh cut NODE | heal NODE      (contract: the node's link down / up again; hosts topology;
+#                                               several nodes: one right after another, each of these six)
 #   scripts/stack.sh freeze NODE | thaw NODE   (every process of that host stopped / continued)
 #   scripts/stack.sh kill NODE | revive NODE   (every process of that host killed / its slurmd and probe started)
 #   scripts/stack.sh nats-kill N | nats-start N (NATS cluster: server N killed with SIGKILL / started again)
@@ -721,7 +722,9 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   stop) stop_server "${2:-}"; say "stopped ${2:-} in $RUN (infra-up starts it again)" ;;
-  cut|heal|freeze|thaw|kill|revive) host_fault "$1" "${2:-}"; say "$1 ${2:-} in $RUN" ;;
+  cut|heal|freeze|thaw|kill|revive)  # one node or several, one right after another (a whole-rack cut at once)
+    what=$1; shift; [ $# -gt 0 ] || set -- ""
+    for node in "$@"; do host_fault "$what" "$node"; done; say "$what $* in $RUN" ;;
   nats-kill|nats-start) nats_fault "$1" "${2:-}"; say "$1 ${2:-} in $RUN" ;;
-  *) echo "usage: $0 up|down|infra-up|services-up|services-down|status|stop SERVER|cut|heal|freeze|thaw|kill|revive NODE|nats-kill|nats-start N" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|infra-up|services-up|services-down|status|stop SERVER|cut|heal|freeze|thaw|kill|revive NODE...|nats-kill|nats-start N" >&2; exit 2 ;;
 esac
