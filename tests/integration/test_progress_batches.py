@@ -241,31 +241,6 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
     await follower.pass_once()
     assert "3" not in follower._paths
 
-    # This process' own change is applied to the follower's copy (no read of the whole set; the new
-    # job's file is looked at on the next pass); a change that skips a version (another replica's
-    # came between) is not, and the next pass reads the set.
-    set_reads = []
-    real_followed = state.followed
-
-    async def counting_followed(c):
-        set_reads.append(c)
-        return await real_followed(c)
-
-    monkeypatch.setattr(state, "followed", counting_followed)
-    follower.followed_changed("4", True, await state.track(cluster, "4", {"attempt": "0", "stdout": str(new)}))
-    follower.refresh("4")
-    await follower.pass_once()
-    assert set_reads == [] and follower._paths["4"] == (("4", str(new)),) and str(new) in stat_calls[-1]
-    other = HotState(redis_url_of(state))
-    try:
-        await other.track(cluster, "5", {"attempt": "0"})
-    finally:
-        await other.close()
-    follower.followed_changed("4", False, await state.untrack(cluster, "4"))
-    assert "4" in follower._followed, "a version skipped: not applied"
-    await follower.pass_once()
-    assert set_reads == [cluster] and "4" not in follower._paths and "5" in follower._followed
-
 
 def redis_url_of(state: HotState) -> str:
     kwargs = state.r.connection_pool.connection_kwargs

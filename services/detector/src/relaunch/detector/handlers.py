@@ -94,14 +94,10 @@ class Detector:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
             fields["attempt"] = str(obs.restarts)
         # A finished attempt stops being watched for hangs and stragglers in the same round trip
-        # (ProgressTracker.on_attempt's part for it), and stops being followed, unless its failure is
-        # not explained yet (the follower reads on while lines that explain it may still come): its
-        # last lines are read below, by this handler.
+        # (ProgressTracker.on_attempt's part for it).
         finished = failed or obs.state in ("COMPLETED", "CANCELLED")
-        follow = not finished or (failed and not explained)
-        version = await self.state.track(c, job, fields, forget_progress=finished, follow=follow)
+        await self.state.track(c, job, fields, forget_progress=finished)
         self.follower.refresh(job)
-        self.follower.followed_changed(job, follow, version)
         if not finished:
             await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING", finished=False)
 
@@ -121,10 +117,10 @@ class Detector:
                     anomaly = crash_from_scheduler(obs, utcnow(), log_problem=problem)
                 if anomaly is not None:
                     await self._publish(anomaly, obs.observed_at)
-            if follow:
-                self.follower.followed_changed(job, False, await self.state.untrack(c, job))
+            await self.state.untrack(c, job)
         elif obs.state in ("COMPLETED", "CANCELLED"):
             await self.follower.read_job(job)
+            await self.state.untrack(c, job)
 
     async def _publish(self, anomaly: AnomalyDetected, evidence_at: dt.datetime) -> None:
         if anomaly.last_step is None:

@@ -58,23 +58,16 @@ class Follower:
         self._lanes = KeyedLanes()
         """A job's reads one after another; an entry only while one is under way (a lock kept per job
         was a few hundred bytes for every followed job)."""
-        self._followed: dict[str, None] = {}
-        """The followed jobs (a dict: a third of a set's size at 10,000 of them)."""
-        self._followed_version: int | None = None
-        """The followed set's version this copy is of (None: not read yet, or Redis has none)."""
-        self._paths: dict[str, tuple[tuple[str, str], ...]] = {}
-        """Each followed job's files, once looked up, as (job, path): the key of the file in every map
-        here (one tuple per file, not a copy in each map)."""
-        self._unread: set[str] = set()
-        """Followed jobs whose files are to be looked up on the next pass (new, or refreshed)."""
-        self._paths_read_at = float("-inf")
-        self._files: list[tuple[str, str]] | None = None
-        """Every followed job's files; None when a job or a file came or went (made again when needed:
-        at most once a quiet interval, however many jobs start and end meanwhile)."""
+        self._paths: dict[str, tuple[str, ...]] = {}
         self._sizes: dict[tuple[str, str], int | None] = {}
+        self._paths_read_at = float("-inf")
+        self._followed: list[str] = []
+        self._followed_version: str | None = None
+        self._files: list[tuple[str, str]] | None = None
+        """(job, path) of every followed job; None when the followed set or a job's files changed."""
         self._changed_at: dict[tuple[str, str], float] = {}
         """When this process first saw the file or saw its size change (loop time)."""
-        self._hot: dict[tuple[str, str], None] = {}
+        self._hot: list[tuple[str, str]] = []
         self._full_at = float("-inf")
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -84,101 +77,55 @@ class Follower:
         """Read every followed job whose files changed size since this process last read them (only
         the recently written files, unless a quiet interval has passed or `everything`)."""
         now = asyncio.get_running_loop().time()
-        version = _version(await self.state.followed_version(self.cluster))
+        version = await self.state.followed_version(self.cluster)
         refresh_paths = now - self._paths_read_at >= PATHS_REFRESH_S
-        if refresh_paths:
-            self._paths_read_at = now
-            self._unread.update(self._followed)
         if version is None or version != self._followed_version or refresh_paths:
-            followed = dict.fromkeys(await self.state.followed(self.cluster))
-            for job in self._followed.keys() - followed.keys():
-                self._forget(job)
-            self._unread.update(followed.keys() - self._followed.keys())
-            self._followed, self._followed_version = followed, version
-        if self._unread:
-            jobs = [job for job in self._unread if job in self._followed]
-            self._unread.clear()
-            found = await self.state.paths_many(self.cluster, jobs) if jobs else {}
-            for job in jobs:  # (one unfollowed or refreshed meanwhile is left to its next pass)
-                if job in self._followed and job not in self._unread:
-                    self._set_paths(job, found[job], now)
+            self._followed = await self.state.followed(self.cluster)
+            self._followed_version = version
+            self._files = None
+        if refresh_paths:
+            self._paths.clear()
+            self._paths_read_at = now
+        if self._files is None:
+            unknown = [j for j in self._followed if j not in self._paths]
+            if unknown:
+                self._paths.update(await self.state.paths_many(self.cluster, unknown))
+            self._forget_unfollowed(set(self._followed))
+            self._files = [(job, path) for job in self._followed for path in self._paths.get(job, ())]
+            for key in self._files:  # (the files' own key tuples, one per file, not a copy in each map)
+                self._changed_at.setdefault(key, now)
+                self._sizes.setdefault(key, None)  # None: not read yet
+            self._hot = self._recent(now)
         full = everything or now - self._full_at >= self.quiet_interval_s
         if not full:  # the recent files that have gone quiet since (a pass over the recent ones only)
-            changed_at = self._changed_at
-            self._hot = {key: None for key in self._hot if now - changed_at.get(key, float("-inf")) < QUIET_S}
-        files = self._all_files() if full else list(self._hot)
+            self._hot = [key for key in self._hot if now - self._changed_at.get(key, now) < QUIET_S]
+        files = self._files if full else self._hot
         sizes = dict(zip(files, await asyncio.to_thread(file_sizes, [path for _, path in files])))
         changed = dict.fromkeys(job for (job, path), size in sizes.items()
                                 if size is not None and self._sizes.get((job, path)) != size)
         for job in changed:
             await self.read_job(job)
-            for key in self._paths.get(job, ()):
-                if sizes.get(key) is not None:
-                    self._sizes[key] = sizes[key]
-                    self._changed_at[key] = now
+            for path in self._paths.get(job, ()):
+                if sizes.get((job, path)) is not None:
+                    self._sizes[(job, path)] = sizes[(job, path)]
+                    self._changed_at[(job, path)] = now
         if full:  # (a file that changed on another pass was among the recent ones already)
             self._full_at = now
             self._hot = self._recent(now)
 
-    def followed_changed(self, job_id: str, followed: bool, version: int) -> None:
-        """This process added the job to the followed set (`followed`) or removed it, making its
-        version `version` (HotState.track and untrack; 0: the set did not change). Applied to this copy
-        when it is the very next version of it, so that jobs that start and end by the thousand do not
-        make every pass read the whole set again; otherwise (another replica's change came between)
-        the next pass reads the set."""
-        if not version or self._followed_version is None or version != self._followed_version + 1:
-            return
-        self._followed_version = version
-        if followed and job_id not in self._followed:
-            self._followed[job_id] = None
-            self._unread.add(job_id)
-        elif not followed and job_id in self._followed:
-            del self._followed[job_id]
-            self._forget(job_id)
-
-    def _set_paths(self, job_id: str, paths: tuple[str, ...], now: float) -> None:
-        old = self._paths.get(job_id, ())
-        if tuple(path for _, path in old) == paths:
-            return
-        kept = {key[1]: key for key in old if key[1] in paths}
-        for key in old:
-            if key[1] not in kept:
-                self._drop(key)
-        keys = tuple(kept.get(path) or (job_id, path) for path in paths)
-        self._paths[job_id] = keys
-        for key in keys:
-            if key[1] not in kept:
-                self._changed_at[key] = now
-                self._sizes[key] = None  # None: not read yet
-                self._hot[key] = None
-        self._files = None
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        self._sizes.pop(key, None)
-        self._changed_at.pop(key, None)
-        self._hot.pop(key, None)
-        self._files = None
-
-    def _all_files(self) -> list[tuple[str, str]]:
-        if self._files is None:
-            self._files = [key for keys in self._paths.values() for key in keys]
-        return self._files
-
-    def _recent(self, now: float) -> dict[tuple[str, str], None]:
-        changed_at = self._changed_at
-        return {key: None for key in self._all_files() if now - changed_at[key] < QUIET_S}
+    def _recent(self, now: float) -> list[tuple[str, str]]:
+        return [key for key in self._files or () if now - self._changed_at.get(key, now) < QUIET_S]
 
     def refresh(self, job_id: str) -> None:
         """The job's files may have changed (a JobObserved): look them up and read them on the next pass."""
-        for key in self._paths.pop(job_id, ()):
-            self._drop(key)
-        self._unread.add(job_id)
+        for path in self._paths.pop(job_id, ()):
+            self._sizes.pop((job_id, path), None)
+            self._changed_at.pop((job_id, path), None)
+        self._files = None
 
-    def _forget(self, job_id: str) -> None:
-        """An unfollowed job: nothing of it is kept."""
-        for key in self._paths.pop(job_id, ()):
-            self._drop(key)
-        self._unread.discard(job_id)
+    def _forget_unfollowed(self, followed: set[str]) -> None:
+        for job in [j for j in self._paths if j not in followed]:
+            self.refresh(job)
 
     async def read_job(self, job_id: str) -> None:
         """Publish every complete line written since the last read (serialised per job)."""
@@ -215,13 +162,6 @@ class Follower:
             await self.bus.publish(subjects.signal_log(self.cluster, job_id), batch,
                                    msg_id=f"log.{self.cluster}.{job_id}.{path_key}.{start_offset}-{chunk.ends[i]}")
             start_index, start_offset, size = i + 1, chunk.ends[i], 0
-
-
-def _version(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def _wire_len(line: str) -> int:

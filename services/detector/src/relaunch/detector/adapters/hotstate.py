@@ -117,25 +117,18 @@ class HotState:
     async def job(self, cluster: str, job_id: str) -> dict[str, str]:
         return await self._call(self.r.hgetall(f"rl:job:{cluster}:{job_id}"))
 
-    async def track(self, cluster: str, job_id: str, fields: dict[str, str], forget_progress: bool = False,
-                    follow: bool = True) -> int:
-        """Write `fields` into the job's hash and follow the job (or, not `follow`, stop following it:
-        a finished attempt whose last lines its caller reads itself); with `forget_progress`, also drop
-        its progress state and hang deadline (a finished attempt: `forget_progress`). One script call,
-        one round trip (a MULTI with a script in it was two: redis-py asks SCRIPT EXISTS first).
-        Returns the followed set's new version when this changed the set, else 0
-        (Follower.followed_changed)."""
-        args = [job_id, "1" if forget_progress else "0", "SADD" if follow else "SREM"]
+    async def track(self, cluster: str, job_id: str, fields: dict[str, str], forget_progress: bool = False) -> None:
+        """Write `fields` into the job's hash and follow the job; with `forget_progress`, also drop its
+        progress state and hang deadline (a finished attempt: `forget_progress`). One script call, one
+        round trip (a MULTI with a script in it was two: redis-py asks SCRIPT EXISTS first)."""
+        args = [job_id, "1" if forget_progress else "0"]
         for name, value in fields.items():
             args += (name, value)
-        return int(await self._call(self._track(
-            keys=[f"rl:job:{cluster}:{job_id}", f"rl:follow:{cluster}", f"rl:followv:{cluster}",
-                  f"rl:prog:{cluster}:{job_id}", f"rl:hangdl:{cluster}"], args=args)))
+        await self._call(self._track(keys=[f"rl:job:{cluster}:{job_id}", f"rl:follow:{cluster}", f"rl:followv:{cluster}",
+                                           f"rl:prog:{cluster}:{job_id}", f"rl:hangdl:{cluster}"], args=args))
 
-    async def untrack(self, cluster: str, job_id: str) -> int:
-        """Stop following the job; returns the followed set's new version, or 0 when it was not followed."""
-        return int(await self._call(self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"],
-                                                 args=["SREM", job_id])))
+    async def untrack(self, cluster: str, job_id: str) -> None:
+        await self._call(self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SREM", job_id]))
 
     async def followed_version(self, cluster: str) -> str | None:
         """Changes whenever a job is added to or removed from the followed set (by any replica): the
@@ -293,28 +286,26 @@ return 1
 """
 
 _FOLLOW = """
--- KEYS: the followed set, its version. ARGV: SADD or SREM, the job. The version changes only when the set
--- does; returns the new version then, else 0.
+-- KEYS: the followed set, its version. ARGV: SADD or SREM, the job. The version changes only when the set does.
 if redis.call(ARGV[1], KEYS[1], ARGV[2]) == 1 then
-  return redis.call('INCR', KEYS[2])
+  redis.call('INCR', KEYS[2])
 end
 return 0
 """
 
 _TRACK = """
 -- KEYS: the job's hash, the followed set, its version, the job's progress state, the hang deadlines.
--- ARGV: the job, '1' to forget its progress state and deadline (a finished attempt) or '0', SADD to
--- follow the job or SREM to stop, then the hash's field, value pairs. The version changes only when the
--- set does (as _FOLLOW); returns the new version then, else 0.
-if #ARGV > 3 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+-- ARGV: the job, '1' to forget its progress state and deadline (a finished attempt) or '0', then the
+-- hash's field, value pairs. The version changes only when the set does (as _FOLLOW).
+if #ARGV > 2 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+end
+if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
+  redis.call('INCR', KEYS[3])
 end
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[4])
   redis.call('ZREM', KEYS[5], ARGV[1])
-end
-if redis.call(ARGV[3], KEYS[2], ARGV[1]) == 1 then
-  return redis.call('INCR', KEYS[3])
 end
 return 0
 """
