@@ -16,6 +16,7 @@ from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, load_settings, require_backends
 
+from .adapters.allocator import fix_mmap_threshold
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState
 from .anomalies import AnomalyPublisher
@@ -35,6 +36,7 @@ async def amain() -> None:
     settings = load_settings(DetectorSettings)
     require_backends(common, DetectorSettings)
     setup_logging("detector", common.log_level)
+    fix_mmap_threshold(settings.malloc_mmap_threshold)
     setup_tracing("detector", common.otlp_endpoint, common.trace_file)
     catalogue = load_catalogue(settings.extra_signatures)
     bus = await Bus.connect(common.nats_url, "detector")

@@ -39,3 +39,7 @@ class DetectorSettings(ServiceSettings):
     state_cache_jobs: int = 20_000
     """Jobs whose progress state this replica keeps in memory (as stored, about 2 KB each at full size),
     so that a report does not read the state from Redis again; 0 turns the cache off."""
+    malloc_mmap_threshold: int = 128 * 1024
+    """glibc's mmap threshold in bytes, fixed at start-up (adapters/allocator.py): blocks this large are
+    mapped apart and given back when freed, so that short-lived large blocks do not keep heap pages in
+    the detector's memory. 0 leaves glibc's dynamic threshold; glibc's own MALLOC_MMAP_THRESHOLD_ wins."""

@@ -58,7 +58,8 @@ _SWAP = sys.byteorder != "little"
 class ProgressTrack:
     __slots__ = ("attempt", "watched_since", "last_step", "high_step", "progress_at", "intervals",
                  "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save",
-                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step")
+                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step",
+                 "stored_as")
 
     def __init__(self, attempt: int, watched_since: float, hang_keep: int = 0, straggler_keep: int = 0) -> None:
         """A fresh attempt, watched since `watched_since` (hangs.new_state, stragglers.StragglerState());
@@ -87,6 +88,9 @@ class ProgressTrack:
         self._div: divergence.DivergenceState | None = _FRESH_DIVERGENCE
         """The divergence state; None while it is steady (_STEADY but for its last step, `_div_step`)."""
         self._div_step: int | None = None
+        self.stored_as: str | None = None
+        """The token of the write that stored this track, where a cache holds it (adapters/statecache.py);
+        not part of the state."""
 
     # -- the divergence state (most jobs' is steady: only its last step changes, kept as a number) --------
     @property
