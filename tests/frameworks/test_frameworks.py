@@ -121,6 +121,30 @@ def _outcome(job: str) -> dict | None:
     return {"state": state, "record": record}
 
 
+def _evidence(job: str, record: dict, jobs_dir: Path) -> str:
+    """What a failed case's reader needs from CI's output alone (the run folder is gone by then): every
+    anomaly and decision of the ledger, by attempt, and the job log's last lines other than step lines."""
+    lines = [f"    anomaly attempt {a.get('attempt')}: {a.get('kind')}/{a.get('signature_id')}: "
+             f"{(a.get('summary') or '')[:160]}" for a in record.get("anomalies", [])]
+    lines += [f"    attempt {a.get('index')}: {a.get('state')} exit {a.get('exit_code')} on {a.get('nodes')}"
+              for a in record.get("attempts", [])]
+    for a in record.get("advice", []):
+        lines.append(f"    advice {a.get('generation')}: {a.get('operation')} {a.get('status')} "
+                     f"{str(a.get('status_reason') or '')[:160]}")
+        lines += [f"      step {s.get('step')}: {s.get('status')} {str(s.get('reason') or '')[:120]} "
+                  f"{str(s.get('detail') or '')[:120]}" for s in a.get("reconcile", [])]
+    lines += [f"    audit: {a.get('service')} {a.get('action')} {str(a.get('detail') or '')[:160]}"
+              for a in record.get("audit", [])]
+    try:
+        text = (jobs_dir / f"fw-{job}.out").read_text(errors="replace").splitlines()
+    except OSError as exc:
+        text = [f"(no job log: {exc})"]
+    # step lines of every format start with "step", a Megatron "[date] iteration" or a progress bar's "\r"
+    kept = [t for t in text if t.strip() and not t.startswith(("step ", "steps: ")) and " iteration " not in t]
+    lines += ["    log: " + t[:200] for t in kept[-25:]]
+    return "\n".join(lines)
+
+
 def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, frameworks_python, capsys):
     versions = subprocess.run([frameworks_python, "-c", "import json, torch, transformers, pytorch_lightning, "
                                "accelerate; print(json.dumps({m.__name__: m.__version__ for m in (torch, "
@@ -183,6 +207,8 @@ def test_real_frameworks_end_as_an_on_call_engineer_would_want(services, framewo
         if found["state"] != case.state:
             problems.append(f"expected Slurm state {case.state}, got {found['state']}")
         failures += [f"{case.name} (job {jobs[case.name]}): {p}" for p in problems]
+        if problems:
+            failures.append(_evidence(jobs[case.name], record, Path(services["RELAUNCH_RUN_DIR"]) / "jobs"))
     table = "\n".join(f"| {n} | {a} | {d} | {s} |" for n, a, d, s in rows)
     with capsys.disabled():
         print(f"\nframeworks: {versions}; {len(CASES)} cases in {time.monotonic() - started:.0f} s\n"
