@@ -104,20 +104,26 @@ alive() {  # pid file -> running and not a zombie
   [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status"
 }
 
-ctld_alive() {  # this stack's slurmctld runs; its pid file is written back when it had lost track of it
-  # Slurm 23.11 and later: `scontrol reconfigure` replaces slurmctld with a new process, which writes the
-  # pid file. One CI run (24.11, tests/e2e/test_sacct_history.py) found it stale afterwards while the new
-  # process served this stack's port: infra-up then took slurmctld for down, refused its busy port, and
-  # `down` left it running. The slurmctld listening on this stack's port with this stack's slurm.conf is
-  # this stack's own.
-  alive "$RUN/pids/slurmctld.pid" && return 0
-  command -v ss >/dev/null || return 1
-  local pid
-  for pid in $(ss -ltnpH "sport = :$CTLD_PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+slurm_alive() {  # slurmctld | slurmd-<node>: running; its pid file written again when it had lost track of it
+  # Slurm 23.11 and later: `scontrol reconfigure` replaces slurmctld and every slurmd with new processes,
+  # which write their pid files. One CI run (24.11, tests/e2e/test_sacct_history.py) found slurmctld's
+  # stale afterwards while the new process served this stack's port: infra-up then took slurmctld for
+  # down, refused its busy port, and `down` left it running. The daemon listening on this stack's port
+  # for it, with this stack's slurm.conf (and, for a slurmd, its node name), is this stack's own.
+  local f=$RUN/pids/$1.pid port node="" pid
+  alive "$f" && return 0
+  case $1 in
+    slurmctld) port=$CTLD_PORT ;;
+    slurmd-node*) node=${1#slurmd-}; port=$((NODE_PORT0 + ${node#node})) ;;
+    *) return 1 ;;
+  esac
+  command -v ss >/dev/null || return 1  # (a slurmd in the hosts topology listens in its namespace: not seen)
+  for pid in $(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
     grep -q slurmscriptd "/proc/$pid/cmdline" 2>/dev/null && continue
+    [ -z "$node" ] || tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$node" || continue
     tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$RUN/slurm/slurm.conf" || continue
-    mkdir -p "$RUN/pids" && echo "$pid" > "$RUN/pids/slurmctld.pid"
-    say "slurmctld (pid $pid) serves this stack's port but its pid file had lost it (a reconfigure replaced the process): pid file written again"
+    mkdir -p "$RUN/pids" && echo "$pid" > "$f"
+    say "$1 (pid $pid) serves this stack's port but its pid file had lost it (a reconfigure replaced the process): pid file written again"
     return 0
   done
   return 1
@@ -508,7 +514,7 @@ use_release() {
   local want=${SLURM_RELEASE:-host} had
   had=$(cat "$RUN/slurm/release" 2>/dev/null || echo "$want")
   if [ "$had" != "$want" ]; then
-    if ctld_alive; then
+    if slurm_alive slurmctld; then
       die "the stack in $RUN runs Slurm $had, not $want: run make down first (or use another RELAUNCH_RUN_DIR and RELAUNCH_PORT_BASE to run both)"
     fi
     say "the stack in $RUN ran Slurm $had before: starting Slurm $want with a fresh controller state and accounting database"
@@ -538,10 +544,10 @@ start_slurm() {
   fi
   make_jwt_key
   start_slurmdbd
-  ctld_alive || { port_free "$CTLD_PORT"; slurmctld; } || die "slurmctld did not start: see $S/log/slurmctld.log"
+  slurm_alive slurmctld || { port_free "$CTLD_PORT"; slurmctld; } || die "slurmctld did not start: see $S/log/slurmctld.log"
   wait_for "slurmctld" 20 bash -c "scontrol ping | grep -q UP"
   for n in "${NODES[@]}"; do
-    alive "$RUN/pids/slurmd-$n.pid" || on_host "$n" slurmd -N "$n" || die "slurmd -N $n did not start: see $S/log/slurmd-$n.log"
+    slurm_alive "slurmd-$n" || on_host "$n" slurmd -N "$n" || die "slurmd -N $n did not start: see $S/log/slurmd-$n.log"
   done
   wait_for "4 idle Slurm nodes" 30 bash -c \
     "[ \$(sinfo -h -N -o '%N %t' | grep -cvE 'down|unk|drain|fail') -ge 4 ]"
@@ -569,7 +575,7 @@ on_host() {  # node|"" command...
 # --- hosts topology: the bridge, one namespace and veth pair per node (only addresses made here) ---
 use_topology() {
   local had; had=$(cat "$RUN/topology" 2>/dev/null || echo "$TOPOLOGY")
-  if [ "$had" != "$TOPOLOGY" ] && ctld_alive; then
+  if [ "$had" != "$TOPOLOGY" ] && slurm_alive slurmctld; then
     die "the stack in $RUN runs the $had topology, not $TOPOLOGY: run make down first"
   fi
   echo "$TOPOLOGY" > "$RUN/topology"
@@ -700,7 +706,7 @@ down() {
   [ -d "$RUN/pids" ] || { say "nothing to stop in $RUN"; return 0; }
   services_down
   export SLURM_CONF=$RUN/slurm/slurm.conf
-  ctld_alive || true  # its pid file right, so that it is stopped
+  for f in slurmctld "${NODES[@]/#/slurmd-}"; do slurm_alive "$f" || true; done  # their pid files right, so that they are stopped
   for f in "$RUN/pids/slurmrestd.pid" "$RUN"/pids/slurmd-*.pid "$RUN/pids/slurmctld.pid" "$RUN/pids/slurmdbd.pid" "$RUN/pids/mariadb.pid" \
            "$RUN/pids/munged.pid" "$RUN/pids/redis.pid" "$RUN"/pids/nats*.pid; do
     [ -e "$f" ] && stop_pidfile "$f"
@@ -716,7 +722,7 @@ down() {
 stop_server() {  # one infrastructure server, for fault tests (tests/reliability); infra-up starts it again
   case "${1:-}" in
     nats) for f in "$RUN"/pids/nats*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done; return 0 ;;
-    slurmctld) ctld_alive || true; stop_pidfile "$RUN/pids/slurmctld.pid" ;;
+    slurmctld) slurm_alive slurmctld || true; stop_pidfile "$RUN/pids/slurmctld.pid" ;;
     redis|slurmdbd|slurmrestd) stop_pidfile "$RUN/pids/$1.pid" ;;
     postgres)
       local pgdata; pgdata=$(pg_dir)/data
