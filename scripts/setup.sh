@@ -12,9 +12,11 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # --- OS packages ------------------------------------------------------------------------------
 # chromium: the dashboard's browser tests (Playwright drives Debian's build; no browser is downloaded).
 # slurmdbd + mariadb-server: job accounting (sacct) for the stack's Slurm; the stack runs its own MariaDB.
+# iproute2: ss (stack.sh finds a Slurm daemon whose pid file went stale by its port) and ip (the hosts topology).
 declare -A NEED=(
   [slurmctld]=slurmctld [slurmd]=slurmd [sbatch]=slurm-client [munged]=munge [redis-server]=redis-server
   [slurmdbd]=slurmdbd [mariadbd]=mariadb-server
+  [ss]=iproute2
   [chromium]=chromium
 )
 missing=()

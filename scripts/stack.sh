@@ -722,8 +722,7 @@ down() {
 stop_server() {  # one infrastructure server, for fault tests (tests/reliability); infra-up starts it again
   case "${1:-}" in
     nats) for f in "$RUN"/pids/nats*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done; return 0 ;;
-    slurmctld) slurm_alive slurmctld || true; stop_pidfile "$RUN/pids/slurmctld.pid" ;;
-    redis|slurmdbd|slurmrestd) stop_pidfile "$RUN/pids/$1.pid" ;;
+    redis|slurmctld|slurmdbd|slurmrestd) slurm_alive "$1" || true; stop_pidfile "$RUN/pids/$1.pid" ;;
     postgres)
       local pgdata; pgdata=$(pg_dir)/data
       as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" status >/dev/null 2>&1 && as_pg "$(pg_bin)/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null

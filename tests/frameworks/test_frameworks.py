@@ -139,7 +139,7 @@ def _evidence(job: str, record: dict, jobs_dir: Path) -> str:
         text = (jobs_dir / f"fw-{job}.out").read_text(errors="replace").splitlines()
     except OSError as exc:
         text = [f"(no job log: {exc})"]
-    # step lines of every format start with "step", a Megatron "[date] iteration" or a progress bar's "\r"
+    # step lines: the plain and DeepSpeed formats start with "step " / "steps: ", Megatron's hold " iteration "
     kept = [t for t in text if t.strip() and not t.startswith(("step ", "steps: ")) and " iteration " not in t]
     lines += ["    log: " + t[:200] for t in kept[-25:]]
     return "\n".join(lines)
