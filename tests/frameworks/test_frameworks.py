@@ -106,11 +106,20 @@ def _outcome(job: str) -> dict | None:
     """What relaunch did, once it is settled: the job ended, every Advice reached an outcome, and a failed
     attempt has its anomaly in the ledger (saved with its decision in one transaction). Without the last
     condition a failure explained only at the job's end (a victim's collective timeout: the detector
-    waits its grace for a better line) is judged before relaunch had its say (one CI run did)."""
+    waits its grace for a better line) is judged before relaunch had its say (one CI run did).
+
+    Slurm's state is read before and after the ledger and must not have changed in between: read only
+    before, a failed attempt's state could meet a ledger that already held its restart, converged while
+    `relaunch jobs show` started (one CI run judged "ddp rank stuck, pg timeout 3 s" FAILED so while its
+    second attempt was building the model); read only after, a job cancelled by relaunch could meet a
+    ledger from before the decision."""
     fields = job_fields(job)
     state = fields.get("JobState", "")
     record = ledger(job)
     if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") or not record:
+        return None
+    again = job_fields(job)
+    if (again.get("JobState"), again.get("Restarts")) != (state, fields.get("Restarts")):
         return None
     if any(a["status"] == "PENDING" for a in record.get("advice", [])):
         return None
