@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from dataclasses import replace
 
 from prometheus_client import Counter
 
-from relaunch.common import subjects
+from relaunch.common import subjects, telemetry
 from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.optin import parse_comment
@@ -19,7 +20,9 @@ from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObse
 from .adapters.ledger import FINAL_STATES, JobTx, Ledger
 from .domain import attribution, reputation
 from .domain.attribution import Suspect
+from .domain.history import History
 from .domain.policy import Decision, Policy, decide
+from .group_commit import GroupCommit
 from .outbox import OutboxPublisher
 
 log = logging.getLogger(__name__)
@@ -43,10 +46,21 @@ that carries them travels on another consumer, and an anomaly that came first wo
 attributed against no nodes and exclude none (docs/policy.md, "Attribution")."""
 
 
+Pending = tuple[AnomalyDetected, Delivery, "str | None"]
+"""An anomaly waiting for its batch: with its delivery and the traceparent of its message's span."""
+
+_NOT_OBSERVED = "job not observed yet; its policy is unknown"
+
+
+class _BeginAgain(Exception):
+    """Raised inside a batch's transaction to roll it back: some of its anomalies must wait."""
+
+
 class Decider:
     def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None,
-                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE) -> None:
+                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE, *, batch: int = 64) -> None:
         self.ledger, self.outbox = ledger, outbox
+        self.batches: GroupCommit[Pending, Advice | None] = GroupCommit(self._decide_batch, max_batch=batch)
         self.half_life = node_history_half_life
         self.policies = policies if policies is not None else load_policies()
 
@@ -55,54 +69,150 @@ class Decider:
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         try:
-            await self._on_anomaly(anomaly, delivery)
+            # Decided with the other jobs' anomalies that came with it (group_commit, _decide_batch).
+            advice = await self.batches.submit((anomaly, delivery, telemetry.current_traceparent()))
         finally:
             # After the commit: each decision's audit entry (and an Advice) waits in the outbox.
             self.outbox.kick()
-
-    async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
-        now = utcnow()
-        # Three round trips before the commit: the job locked with the anomaly recorded (rolled back if
-        # it must wait, below), everything the decision reads, and everything it writes.
-        async with self.ledger.anomaly_tx(anomaly) as tx:
-            if not tx.row.get("comment"):
-                # The observer publishes JobObserved before any anomaly can exist; wait for it.
-                raise TemporaryError("job not observed yet; its policy is unknown", delay=1.0)
-            # The anomaly's step and exit code are the attempt's already; the waits below read nothing
-            # that they changed. The nodes attributed: the attempt's as the ledger knows them, else the
-            # anomaly's own.
-            history, override, events, node_history = await tx.read_for(
-                anomaly, anomaly.detected_at - attribution.WINDOW, now - reputation.horizon(self.half_life))
-            record = history.attempt(anomaly.attempt)
-            if (anomaly.source == "scheduler" and anomaly.exit_code is None
-                    and (record is None or record.state not in FINAL_STATES)
-                    and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
-                raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
-            if (anomaly.source == "scheduler" and history.launch_verdict_pending(anomaly.attempt, now) is not None
-                    and delivery.num_delivered < WAIT_FOR_LAUNCH_VERDICT_DELIVERIES):
-                raise TemporaryError("the actuator is still verifying this attempt's launch", delay=1.0)
-            if (anomaly.source in ("log", "progress") and anomaly.action != "stop"
-                    and delivery.num_delivered < WAIT_FOR_NODES_DELIVERIES
-                    and not (record is not None and record.nodes)):
-                raise TemporaryError("the attempt's nodes are not in the ledger yet", delay=0.5)
-            if not tx.inserted:
-                # Already in the ledger: its decision was taken and committed with it (one transaction).
-                log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)
-                return
-            # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
-            policy = resolve(parse_comment(tx.row["comment"]), self.policies)
-            if override is not None and override[0] == "observe":  # an operator's word beats the comment
-                policy = replace(policy, observe_only=True, option_errors=(override[1],))
-            job_nodes = list(record.nodes if record is not None and record.nodes else anomaly.nodes)
-            suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
-                                             previous=history.implicated(anomaly.attempt - 1),
-                                             ib_pair=policy.ib_pair, half_life=self.half_life)
-            decision = decide(history, anomaly, policy, now, suspects)
-            DECISIONS.labels(decision.kind, decision.rule).inc()
-            async with tx.together():  # one statement
-                advice = await self._record(tx, anomaly, policy, decision, suspects, now)
         if advice is not None:
             ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
+
+    async def _decide_batch(self, batch: list[tuple[Pending, asyncio.Future[Advice | None]]]) -> None:
+        """Decide a batch of anomalies, a job's first in one transaction (`_decide_round`), a second of
+        the same job in the next (the consumer's lanes let one message of a job in at a time, so only
+        callers of on_anomaly outside the service, tests and the bench, make them), so that each
+        decision sees the one before it, as one at a time."""
+        while batch:
+            seen: set[tuple[str, str]] = set()
+            now, later = [], []
+            for item in batch:
+                key = (item[0][0].cluster, item[0][0].job_id)
+                (later if key in seen else now).append(item)
+                seen.add(key)
+            await self._decide_round(now)
+            batch = later
+
+    async def _decide_round(self, batch: list[tuple[Pending, asyncio.Future[Advice | None]]]) -> None:
+        """Decide anomalies of different jobs in one transaction (Ledger.anomaly_batch). An anomaly that
+        must wait is taken out and the rest begun again (its recording rolled back, as alone); if the
+        batch fails otherwise, each anomaly is decided alone, so that only a bad one gets its error (a
+        dead letter)."""
+        live = list(batch)
+        try:
+            for _ in range(3):
+                if not live:
+                    return
+                now = utcnow()
+                waiting: dict[int, TemporaryError] = {}
+                decided: list[tuple[int, Advice | None]] = []
+                try:
+                    async with self.ledger.anomaly_batch(
+                            [a for (a, _, _), _ in live], [a.detected_at - attribution.WINDOW for (a, _, _), _ in live],
+                            now - reputation.horizon(self.half_life), [t for (_, _, t), _ in live]) as btx:
+                        judged = []
+                        # node -> (job, when) of the exclusions of the batch's decisions so far, by cluster
+                        excluded: dict[str, dict[str, list[tuple[str, dt.datetime]]]] = {}
+                        for i, ((anomaly, delivery, _), _) in enumerate(live):
+                            tx, history, override, events, node_history = btx.items[i]
+                            node_history = reputation.with_exclusions(node_history, excluded.get(anomaly.cluster, {}))
+                            try:
+                                verdict = self._judge(anomaly, delivery, tx, history, override, events,
+                                                      node_history, now)
+                            except TemporaryError as wait:
+                                waiting[i] = wait
+                                continue
+                            judged.append((i, tx, verdict))
+                            if verdict is not None and verdict[1].kind in ("restart", "terminate"):
+                                for node in verdict[1].exclude_nodes:
+                                    if reputation.counts_in_history(
+                                            node, (r for s in verdict[2] if s.node == node for r in s.reasons)):
+                                        excluded.setdefault(anomaly.cluster, {}).setdefault(node, []).insert(
+                                            0, (anomaly.job_id, now))
+                        if waiting:
+                            raise _BeginAgain
+                        async with btx.together():  # one statement for all
+                            for i, tx, verdict in judged:
+                                if verdict is None:
+                                    decided.append((i, None))
+                                    continue
+                                policy, decision, suspects = verdict
+                                DECISIONS.labels(decision.kind, decision.rule).inc()
+                                anomaly = live[i][0][0]
+                                decided.append((i, await self._record(tx, anomaly, policy, decision, suspects, now)))
+                except _BeginAgain:
+                    for i, wait in waiting.items():
+                        live[i][1].set_exception(wait)
+                    live = [item for i, item in enumerate(live) if i not in waiting]
+                    continue
+                for i, advice in decided:
+                    live[i][1].set_result(advice)
+                return
+        except Exception as exc:  # noqa: BLE001 - each anomaly alone: only a bad one fails
+            log.warning("a batch of %d anomalies failed (%s: %s); deciding them one at a time", len(live),
+                        type(exc).__name__, exc)
+        await asyncio.gather(*(self._alone(item, future) for item, future in live if not future.done()))
+
+    async def _alone(self, item: Pending, future: asyncio.Future[Advice | None]) -> None:
+        anomaly, delivery, _ = item
+        try:
+            future.set_result(await self._on_anomaly(anomaly, delivery))
+        except Exception as exc:  # noqa: BLE001 - the message's outcome (nak, dead letter)
+            future.set_exception(exc)
+
+    async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> Advice | None:
+        """One anomaly decided alone: five round trips (BEGIN, the job locked with the anomaly recorded,
+        everything the decision reads, everything it writes, COMMIT)."""
+        now = utcnow()
+        async with self.ledger.anomaly_tx(anomaly) as tx:
+            if not tx.row.get("comment"):
+                raise TemporaryError(_NOT_OBSERVED, delay=1.0)  # before the read: a round trip saved
+            read = await tx.read_for(
+                anomaly, anomaly.detected_at - attribution.WINDOW, now - reputation.horizon(self.half_life))
+            verdict = self._judge(anomaly, delivery, tx, *read, now)
+            if verdict is None:
+                return None
+            policy, decision, suspects = verdict
+            DECISIONS.labels(decision.kind, decision.rule).inc()
+            async with tx.together():  # one statement
+                return await self._record(tx, anomaly, policy, decision, suspects, now)
+
+    def _judge(self, anomaly: AnomalyDetected, delivery: Delivery, tx: JobTx, history: History,
+               override: tuple[str, str] | None, events: list, node_history: dict,
+               now: dt.datetime) -> tuple[Policy, Decision, list[Suspect]] | None:
+        """The decision on `anomaly`, its job locked in `tx` with the anomaly recorded, and `history`,
+        `override`, `events`, `node_history` read after that: None when the anomaly was decided before;
+        TemporaryError raised when it must wait (the caller rolls its recording back)."""
+        if not tx.row.get("comment"):
+            # The observer publishes JobObserved before any anomaly can exist; wait for it.
+            raise TemporaryError(_NOT_OBSERVED, delay=1.0)
+        # The anomaly's step and exit code are the attempt's already; the waits below read nothing
+        # that they changed. The nodes attributed: the attempt's as the ledger knows them, else the
+        # anomaly's own.
+        record = history.attempt(anomaly.attempt)
+        if (anomaly.source == "scheduler" and anomaly.exit_code is None
+                and (record is None or record.state not in FINAL_STATES)
+                and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
+            raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
+        if (anomaly.source == "scheduler" and history.launch_verdict_pending(anomaly.attempt, now) is not None
+                and delivery.num_delivered < WAIT_FOR_LAUNCH_VERDICT_DELIVERIES):
+            raise TemporaryError("the actuator is still verifying this attempt's launch", delay=1.0)
+        if (anomaly.source in ("log", "progress") and anomaly.action != "stop"
+                and delivery.num_delivered < WAIT_FOR_NODES_DELIVERIES
+                and not (record is not None and record.nodes)):
+            raise TemporaryError("the attempt's nodes are not in the ledger yet", delay=0.5)
+        if not tx.inserted:
+            # Already in the ledger: its decision was taken and committed with it (one transaction).
+            log.debug("anomaly %s already recorded and decided", anomaly.anomaly_id)
+            return None
+        # Resolved at each decision, so a policy file changed (and the decider restarted) applies.
+        policy = resolve(parse_comment(tx.row["comment"]), self.policies)
+        if override is not None and override[0] == "observe":  # an operator's word beats the comment
+            policy = replace(policy, observe_only=True, option_errors=(override[1],))
+        job_nodes = list(record.nodes if record is not None and record.nodes else anomaly.nodes)
+        suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
+                                         previous=history.implicated(anomaly.attempt - 1),
+                                         ib_pair=policy.ib_pair, half_life=self.half_life)
+        return policy, decide(history, anomaly, policy, now, suspects), suspects
 
     async def _record(self, tx: JobTx, anomaly: AnomalyDetected, policy: Policy, decision: Decision,
                       suspects: list[Suspect], now: dt.datetime) -> Advice | None:

@@ -131,6 +131,32 @@ class Ledger:
                 tx.inserted = row["inserted"]
                 yield tx
 
+    @asynccontextmanager
+    async def anomaly_batch(self, anomalies: list[AnomalyDetected], events_since: list[dt.datetime],
+                            history_since: dt.datetime, traceparents: list[str | None]) -> AsyncIterator[BatchTx]:
+        """`anomaly_tx` and `JobTx.read_for` for a batch of anomalies of different jobs, in one
+        transaction of four round trips whatever the batch's size (docs/architecture.md, "Scale"):
+        BEGIN; every job locked (in (cluster, job_id) order, as no other batch can then deadlock with
+        it) with its anomaly recorded; everything each decision reads; and, at the end of
+        `BatchTx.together`, every decision's writes in one statement; then COMMIT. `events_since[i]` is
+        anomaly i's; each anomaly's outbox rows carry `traceparents[i]`. Rolled back when the caller raises
+        (an anomaly that must wait: the caller begins again without it)."""
+        n = range(len(anomalies))
+        with postgres_outage():
+            async with self.pool.acquire() as conn, conn.transaction():
+                taken = await conn.fetch(_TAKE_ANOMALIES, list(n), *_batch_args(anomalies))
+                reads = {r["i"]: r for r in await conn.fetch(
+                    _BATCH_READ, list(n), [a.cluster for a in anomalies], [a.job_id for a in anomalies],
+                    [a.attempt for a in anomalies], [json.dumps(a.nodes) for a in anomalies], events_since,
+                    history_since)}
+                items: list[tuple[JobTx, History, tuple[str, str] | None, list[NodeEvent], dict]] = []
+                for r in sorted(taken, key=lambda r: r["i"]):
+                    a, read = anomalies[r["i"]], reads[r["i"]]
+                    tx = JobTx(conn, a.cluster, a.job_id, dict(r["job"]))
+                    tx.inserted, tx.trace = r["inserted"], (traceparents[r["i"]],)
+                    items.append((tx, _history(tx.row, read), _override(read["override"]), *_evidence_of(read)))
+                yield BatchTx(conn, items)
+
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
         """`policy` is the job's effective policy, resolved from its comment by the caller. Invalid
         options get one audit entry per distinct comment, saying exactly what was wrong."""
@@ -297,6 +323,38 @@ _OBSERVE_JOB = "SELECT observe_job(" + ",".join(f"${i}" for i in range(1, 21)) +
 _TAKE_ANOMALY = "SELECT job, inserted FROM take_anomaly($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
 
 
+_TAKE_ANOMALIES = """SELECT u.i, t.job, t.inserted
+FROM (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[],
+                           $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                           $15::timestamptz[], $16::bigint[], $17::int[])
+          AS a(i, anomaly_id, cluster, job_id, attempt, kind, source, signature_id, category, fault_domain, action,
+               summary, nodes, evidence, detected_at, last_step, exit_code)
+      ORDER BY cluster, job_id, i) AS u
+CROSS JOIN LATERAL take_anomaly(u.anomaly_id, u.cluster, u.job_id, u.attempt, u.kind, u.source, u.signature_id,
+    u.category, u.fault_domain, u.action, u.summary, ARRAY(SELECT jsonb_array_elements_text(u.nodes::jsonb)),
+    u.evidence::jsonb, u.detected_at, u.last_step, u.exit_code) AS t"""
+"""take_anomaly for each anomaly of a batch (`Ledger.anomaly_batch`), the jobs locked in (cluster, job_id)
+order: the sorted subquery is the outer side of the lateral call, so the calls follow it. Each anomaly's
+nodes travel as a JSON text (an array of arrays must be rectangular)."""
+
+_BATCH_READ = ("SELECT u.i, " + re.sub(
+    r"\$([1-6])(?!\d)", lambda m: ("u.cluster", "u.job_id", "u.attempt", "u.nodes", "u.events_since", "$7")[
+        int(m.group(1)) - 1], _DECISION_READ.removeprefix("SELECT"))
+    + """ FROM (SELECT a.i, a.cluster, a.job_id, a.attempt, ARRAY(SELECT jsonb_array_elements_text(a.nodes::jsonb))
+                  AS nodes, a.events_since
+                FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::text[], $6::timestamptz[])
+                  AS a(i, cluster, job_id, attempt, nodes, events_since)) AS u""")
+"""`_DECISION_READ` for each anomaly of a batch, read after `_TAKE_ANOMALIES` in the same transaction (so
+it sees the attempts' steps and exit codes that wrote): $7 is the history's horizon, the same for all."""
+
+
+def _batch_args(anomalies: list[AnomalyDetected]) -> list[list]:
+    """`_anomaly_args` of each anomaly, column by column (nodes and evidence as JSON texts)."""
+    columns = [list(c) for c in zip(*(_anomaly_args(a) for a in anomalies), strict=True)]
+    columns[11] = [json.dumps(nodes) for nodes in columns[11]]
+    return columns
+
+
 def _anomaly_args(a: AnomalyDetected) -> tuple:
     return (a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
             a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
@@ -375,6 +433,31 @@ def _override(row) -> tuple[str, str] | None:
     return mode, f"an operator switched the job to {mode}{who}: {reason or 'no reason given'}"
 
 
+class BatchTx:
+    """`Ledger.anomaly_batch`'s transaction: for each anomaly, in the batch's order, its job's JobTx and
+    what `JobTx.read_for` would have returned."""
+
+    def __init__(self, conn: asyncpg.Connection,
+                 items: list[tuple[JobTx, History, tuple[str, str] | None, list[NodeEvent], dict]]) -> None:
+        self.conn, self.items = conn, items
+
+    @asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        """`JobTx.together` for every job of the batch: the writes of all their decisions made inside,
+        sent as one statement when the block ends (each job's verdict still written once, its last)."""
+        writes = _Writes()
+        for tx, *_ in self.items:
+            tx._writes = writes
+        try:
+            yield
+        finally:
+            for tx, *_ in self.items:
+                tx._writes = None
+        if writes.parts:
+            sql, args = writes.statement()
+            await self.conn.execute(sql, *args)
+
+
 class JobTx:
     """Operations inside one job's locked transaction."""
 
@@ -382,7 +465,13 @@ class JobTx:
         self.conn, self.cluster, self.job_id, self.row = conn, cluster, job_id, row
         self.inserted: bool | None = None
         """`Ledger.anomaly_tx`: whether its anomaly was new (None: not begun with an anomaly)."""
+        self.trace: tuple[str | None] | None = None
+        """The traceparent its outbox rows carry, when not the current context's (a batch's decisions
+        are written by one task, each in the trace of its own message)."""
         self._writes: _Writes | None = None
+
+    def _traceparent(self) -> str | None:
+        return self.trace[0] if self.trace is not None else telemetry.current_traceparent()
 
     @asynccontextmanager
     async def together(self) -> AsyncIterator[None]:
@@ -515,7 +604,7 @@ class JobTx:
              (advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
               advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
               advice.issued_at, advice.expires_at, fault_class), None),
-            (_OUTBOX, (subject, msg_id, dump(advice), telemetry.current_traceparent()), None),
+            (_OUTBOX, (subject, msg_id, dump(advice), self._traceparent()), None),
             self._verdict("recovering", advice.reason))
 
     async def set_verdict(self, verdict: str, reason: str) -> None:
@@ -523,7 +612,7 @@ class JobTx:
 
     def _verdict(self, verdict: str, reason: str) -> tuple[str, tuple, str]:
         return ("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() WHERE cluster=$1 AND job_id=$2",
-                (self.cluster, self.job_id, verdict, reason), "verdict")
+                (self.cluster, self.job_id, verdict, reason), f"verdict.{self.cluster}.{self.job_id}")
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
         """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
@@ -538,5 +627,5 @@ class JobTx:
                 VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
              (self.cluster, self.job_id, action, text, key, at), None),
             (_OUTBOX + " ON CONFLICT (msg_id) DO NOTHING",
-             (subjects.event_audit(self.cluster, self.job_id), key, dump(entry), telemetry.current_traceparent()),
+             (subjects.event_audit(self.cluster, self.job_id), key, dump(entry), self._traceparent()),
              None))

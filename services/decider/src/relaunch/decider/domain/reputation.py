@@ -52,3 +52,29 @@ def history_weight(exclusions: Iterable[tuple[str, dt.datetime]], now: dt.dateti
         weight += 0.5 ** age
         counted.append(job)
     return round(weight, 3), tuple(counted)
+
+
+HISTORY_REASON = "excluded for "
+"""How attribution's reason for a node suspect on its history alone begins."""
+
+
+def counts_in_history(node: str, reasons: Iterable[str]) -> bool:
+    """Whether an Advice that left `node` out, for these reasons of its suspect, counts in the node's
+    history for other jobs: not when history was its only reason (a node once over the threshold
+    would otherwise be left out by every later failing job, each of those exclusions keeping it there).
+    The ledger adapter's node-history read applies the same rule to the Advice's evidence refs."""
+    reasons = list(reasons)
+    return not reasons or not all(r.startswith(HISTORY_REASON) for r in reasons)
+
+
+def with_exclusions(history: dict[str, tuple[tuple[str, dt.datetime], ...]],
+                    newer: dict[str, list[tuple[str, dt.datetime]]]) -> dict[str, tuple[tuple[str, dt.datetime], ...]]:
+    """`history` (node -> (job, when), as read) with the exclusions `newer` of decisions taken since the
+    read (a batch's earlier ones, newest first), so that each decision of a batch weighs the ones before
+    it as if they had been committed one at a time; an equal time sorts the newest decision first."""
+    if not newer:
+        return history
+    out = dict(history)
+    for node, entries in newer.items():
+        out[node] = tuple(entries) + tuple(history.get(node, ()))
+    return out
