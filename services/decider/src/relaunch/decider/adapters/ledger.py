@@ -52,9 +52,21 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(items)
 
 
+async def _session(conn: asyncpg.Connection) -> None:
+    """Each new connection of the pool: JIT compilation off. A batch's read (`_BATCH_READ`) is cheap to
+    run (about 15 ms for 64 anomalies) but the planner's estimate for it is high, so Postgres' defaults
+    (jit_above_cost 100,000) compiled it with LLVM first: 1.3-2.1 s in each of the first five runs of
+    the statement on a connection (its custom plans), where it then took 10-15 ms. Nothing the ledger
+    runs is long enough to gain from JIT. A server without the setting (before Postgres 11) is left as is."""
+    try:
+        await conn.execute("SET jit = off")
+    except asyncpg.exceptions.UndefinedObjectError:
+        pass
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """The pool's reset of a connection given back: nothing to undo. The ledger sets no session
-    state, listens to nothing, keeps no cursor, and holds an advisory lock only inside `migrate`,
+    state but `_session`'s, listens to nothing, keeps no cursor, and holds an advisory lock only inside `migrate`,
     which releases it (or closes the connection). asyncpg's default reset (UNLISTEN, RESET ALL...)
     costs a round trip per transaction; a transaction left open is still rolled back by the pool."""
 
@@ -69,7 +81,7 @@ class Ledger:
         while True:
             try:
                 pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, command_timeout=10,
-                                                 reset=_keep_session)
+                                                 init=_session, reset=_keep_session)
                 return cls(pool)
             except POSTGRES_DOWN as exc:
                 if asyncio.get_running_loop().time() > deadline:
@@ -135,7 +147,7 @@ class Ledger:
     async def anomaly_batch(self, anomalies: list[AnomalyDetected], events_since: list[dt.datetime],
                             history_since: dt.datetime, traceparents: list[str | None]) -> AsyncIterator[BatchTx]:
         """`anomaly_tx` and `JobTx.read_for` for a batch of anomalies of different jobs, in one
-        transaction of four round trips whatever the batch's size (docs/architecture.md, "Scale"):
+        transaction of five round trips whatever the batch's size (docs/architecture.md, "Scale"):
         BEGIN; every job locked (in (cluster, job_id) order, as no other batch can then deadlock with
         it) with its anomaly recorded; everything each decision reads; and, at the end of
         `BatchTx.together`, every decision's writes in one statement; then COMMIT. `events_since[i]` is
@@ -370,33 +382,79 @@ def _evidence_of(row) -> tuple[list[NodeEvent], dict[str, tuple[tuple[str, objec
 
 
 class _Writes:
-    """A decision's writes, sent as one statement of data-modifying CTEs (`JobTx.together`). Each part
-    keeps its own $-numbering and is renumbered here. Parts of one statement see the same snapshot
-    and may not change one row twice: a part given a `key` replaces the earlier part with that key
-    (the job's verdict, written last, as it would have been statement by statement)."""
+    """The writes of one decision, or of a batch's decisions, sent as one statement (`_WRITE`) whose text
+    is always the same: each kind of row travels as arrays, column by column, so that Postgres plans the
+    statement once for the connection (a text made of one part per write, different for every mix of
+    decisions, was planned at every batch: 1.5-2.6 s for 64 decisions). Parts of one statement see the
+    same snapshot and may not change one row twice: a job's verdict is kept once, its last."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple[str | None, str, tuple]] = []
+        self.suspects: list[tuple] = []
+        self.joins: list[tuple] = []
+        self.advice: list[tuple] = []
+        self.outbox: list[tuple] = []
+        self.audit: list[tuple] = []
+        self.verdicts: dict[tuple[str, str], tuple[str, str]] = {}
 
-    def add(self, sql: str, args: tuple, key: str | None = None) -> None:
-        if key is not None:
-            self.parts = [p for p in self.parts if p[0] != key]
-        self.parts.append((key, sql, args))
+    def __bool__(self) -> bool:
+        return bool(self.suspects or self.joins or self.advice or self.outbox or self.audit or self.verdicts)
 
-    def statement(self) -> tuple[str, list]:
-        texts, args = [], []
-        for _, sql, part_args in self.parts:
-            base = len(args)
-            texts.append(_PARAM.sub(lambda m: f"${int(m.group(1)) + base}", sql) if base else sql)
-            args.extend(part_args)
-        *ctes, last = texts
-        head = "WITH " + ", ".join(f"w{i} AS ({t})" for i, t in enumerate(ctes)) + " " if ctes else ""
-        return head + last, args
+    def args(self) -> list[list]:
+        """`_WRITE`'s parameters: each kind's rows as columns (empty lists for a kind not written)."""
+        verdicts = [(c, j, v, r) for (c, j), (v, r) in self.verdicts.items()]
+        out: list[list] = []
+        for rows, width in ((self.suspects, 9), (self.joins, 4), (self.advice, 12), (self.outbox, 4),
+                            (self.audit, 6), (verdicts, 4)):
+            out += [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+        return out
 
 
-_PARAM = re.compile(r"\$(\d+)")
-
-_OUTBOX = "INSERT INTO outbox (subject, msg_id, payload, traceparent) VALUES ($1,$2,$3,$4)"
+_WRITE = """WITH
+s AS (INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
+      SELECT u.cluster, u.job_id, u.attempt, u.node, u.confidence, u.reasons::jsonb, u.excluded, u.anomaly_id, u.at
+      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::real[], $6::text[], $7::boolean[], $8::text[],
+                  $9::timestamptz[]) AS u(cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
+      ON CONFLICT (cluster, job_id, attempt, node) DO UPDATE SET
+          excluded = suspects.excluded OR EXCLUDED.excluded,
+          confidence = GREATEST(suspects.confidence, EXCLUDED.confidence),
+          reasons = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.reasons
+                         ELSE suspects.reasons END,
+          anomaly_id = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.anomaly_id
+                            ELSE suspects.anomaly_id END,
+          at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at ELSE suspects.at END),
+j AS (UPDATE advice SET evidence_refs = advice.evidence_refs || (
+          SELECT coalesce(jsonb_agg(r), '[]'::jsonb) FROM jsonb_array_elements(u.refs::jsonb) AS r
+          WHERE NOT advice.evidence_refs @> jsonb_build_array(r)), updated_at = now()
+      FROM unnest($10::text[], $11::text[], $12::int[], $13::text[]) AS u(cluster, job_id, generation, refs)
+      WHERE advice.cluster = u.cluster AND advice.job_id = u.job_id AND advice.generation = u.generation),
+a AS (INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, evidence_refs,
+          policy, issued_at, expires_at, fault_class)
+      SELECT u.cluster, u.job_id, u.generation, u.attempt, u.operation,
+             ARRAY(SELECT jsonb_array_elements_text(u.exclude::jsonb)), u.reason, u.refs::jsonb, u.policy::jsonb,
+             u.issued_at, u.expires_at, u.fault_class
+      FROM unnest($14::text[], $15::text[], $16::int[], $17::int[], $18::text[], $19::text[], $20::text[],
+                  $21::text[], $22::text[], $23::timestamptz[], $24::timestamptz[], $25::text[])
+          AS u(cluster, job_id, generation, attempt, operation, exclude, reason, refs, policy, issued_at,
+               expires_at, fault_class)),
+o AS (INSERT INTO outbox (subject, msg_id, payload, traceparent)
+      SELECT u.subject, u.msg_id, u.payload, u.traceparent
+      FROM unnest($26::text[], $27::text[], $28::bytea[], $29::text[]) WITH ORDINALITY
+          AS u(subject, msg_id, payload, traceparent, ord)
+      ORDER BY u.ord
+      ON CONFLICT (msg_id) DO NOTHING),
+au AS (INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
+       SELECT u.cluster, u.job_id, 'decider', u.action, u.detail, u.key, u.at
+       FROM unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::text[], $35::timestamptz[])
+           AS u(cluster, job_id, action, detail, key, at)
+       ON CONFLICT (idempotency_key) DO NOTHING)
+UPDATE jobs SET verdict = u.verdict, verdict_reason = u.reason, updated_at = now()
+FROM unnest($36::text[], $37::text[], $38::text[], $39::text[]) AS u(cluster, job_id, verdict, reason)
+WHERE jobs.cluster = u.cluster AND jobs.job_id = u.job_id"""
+"""Every kind of write a decision makes, for any number of decisions (`_Writes`): the suspects (a node
+keeps its most confident finding), evidence joined to an open Advice, new Advice, their outbox rows and
+the audit entries' (in the order written: ids follow it), the audit rows, and the jobs' verdicts. The
+data-modifying CTEs run whether or not the statement reads them. Text arrays of JSON carry what is an
+array or JSON per row (an array of arrays must be rectangular)."""
 
 
 def _history(job: dict, row: asyncpg.Record) -> History:
@@ -453,9 +511,8 @@ class BatchTx:
         finally:
             for tx, *_ in self.items:
                 tx._writes = None
-        if writes.parts:
-            sql, args = writes.statement()
-            await self.conn.execute(sql, *args)
+        if writes:
+            await self.conn.execute(_WRITE, *writes.args())
 
 
 class JobTx:
@@ -484,17 +541,18 @@ class JobTx:
             writes = self._writes
         finally:
             self._writes = None
-        if writes.parts:
-            sql, args = writes.statement()
-            await self.conn.execute(sql, *args)
+        if writes:
+            await self.conn.execute(_WRITE, *writes.args())
 
-    async def _write(self, *parts: tuple[str, tuple, str | None]) -> None:
-        writes = self._writes if self._writes is not None else _Writes()
-        for sql, args, key in parts:
-            writes.add(sql, args, key)
-        if writes is not self._writes:
-            sql, args = writes.statement()
-            await self.conn.execute(sql, *args)
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[_Writes]:
+        """Where a write method puts its rows: `together`'s writes, or, outside it, its own statement."""
+        if self._writes is not None:
+            yield self._writes
+            return
+        writes = _Writes()
+        yield writes
+        await self.conn.execute(_WRITE, *writes.args())
 
     async def same_job(self, submit_time) -> bool:
         """Job identity (migration 0007, docs/architecture.md): is an observation with this first-attempt
@@ -564,32 +622,14 @@ class JobTx:
                 best[s.node] = s
         if not best:
             return
-        found = list(best.values())
-        await self._write((
-            """INSERT INTO suspects (cluster, job_id, attempt, node, confidence, reasons, excluded, anomaly_id, at)
-               SELECT $1, $2, $3, u.node, u.confidence, u.reasons::jsonb, u.excluded, $4, $5
-               FROM unnest($6::text[], $7::real[], $8::text[], $9::boolean[]) AS u(node, confidence, reasons, excluded)
-               ON CONFLICT (cluster, job_id, attempt, node) DO UPDATE SET
-                   excluded = suspects.excluded OR EXCLUDED.excluded,
-                   confidence = GREATEST(suspects.confidence, EXCLUDED.confidence),
-                   reasons = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.reasons
-                                  ELSE suspects.reasons END,
-                   anomaly_id = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.anomaly_id
-                                     ELSE suspects.anomaly_id END,
-                   at = CASE WHEN EXCLUDED.confidence > suspects.confidence THEN EXCLUDED.at
-                             ELSE suspects.at END""",
-            (self.cluster, self.job_id, attempt, anomaly_id, at, [f.node for f in found],
-            [f.confidence for f in found], [json.dumps(list(f.reasons)) for f in found],
-            [f.node in excluded for f in found]), None))
+        async with self._write() as writes:
+            writes.suspects += [(self.cluster, self.job_id, attempt, f.node, f.confidence, json.dumps(list(f.reasons)),
+                                 f.node in excluded, anomaly_id, at) for f in best.values()]
 
     async def join_advice(self, generation: int, refs: list[str]) -> None:
         """Add evidence to an open Advice's ledger row (the published Advice is not changed)."""
-        await self._write((
-            """UPDATE advice SET evidence_refs = evidence_refs || (
-                   SELECT coalesce(jsonb_agg(r), '[]'::jsonb) FROM jsonb_array_elements($4::jsonb) AS r
-                   WHERE NOT advice.evidence_refs @> jsonb_build_array(r)), updated_at=now()
-               WHERE cluster=$1 AND job_id=$2 AND generation=$3""",
-            (self.cluster, self.job_id, generation, json.dumps(refs)), None))
+        async with self._write() as writes:
+            writes.joins.append((self.cluster, self.job_id, generation, json.dumps(refs)))
 
     async def node_events(self, nodes: list[str], since) -> list[NodeEvent]:
         """The nodes' health events since `since`, after each node's newest clearance, oldest first."""
@@ -597,22 +637,17 @@ class JobTx:
 
     async def save_advice(self, advice: Advice, subject: str, msg_id: str, fault_class: str = "unknown") -> None:
         """The Advice's row, its outbox entry and the job's verdict ("recovering"), in one statement."""
-        await self._write(
-            ("""INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason,
-                    evidence_refs, policy, issued_at, expires_at, fault_class)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)""",
-             (advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
-              advice.exclude_nodes, advice.reason, json.dumps(advice.evidence_refs), json.dumps(advice.policy),
-              advice.issued_at, advice.expires_at, fault_class), None),
-            (_OUTBOX, (subject, msg_id, dump(advice), self._traceparent()), None),
-            self._verdict("recovering", advice.reason))
+        async with self._write() as writes:
+            writes.advice.append((advice.cluster, advice.job_id, advice.generation, advice.attempt, advice.operation,
+                                  json.dumps(list(advice.exclude_nodes)), advice.reason,
+                                  json.dumps(advice.evidence_refs), json.dumps(advice.policy), advice.issued_at,
+                                  advice.expires_at, fault_class))
+            writes.outbox.append((subject, msg_id, dump(advice), self._traceparent()))
+            writes.verdicts[(self.cluster, self.job_id)] = ("recovering", advice.reason)
 
     async def set_verdict(self, verdict: str, reason: str) -> None:
-        await self._write(self._verdict(verdict, reason))
-
-    def _verdict(self, verdict: str, reason: str) -> tuple[str, tuple, str]:
-        return ("UPDATE jobs SET verdict=$3, verdict_reason=$4, updated_at=now() WHERE cluster=$1 AND job_id=$2",
-                (self.cluster, self.job_id, verdict, reason), f"verdict.{self.cluster}.{self.job_id}")
+        async with self._write() as writes:
+            writes.verdicts[(self.cluster, self.job_id)] = (verdict, reason)
 
     async def audit(self, action: str, detail: dict, key: str, at) -> None:
         """The decision's audit row, and the same entry in the outbox for EVENTS (relaunch.event.audit.
@@ -622,10 +657,7 @@ class JobTx:
         text = json.dumps(detail)
         entry = AuditEntry(cluster=self.cluster, job_id=self.job_id, service="decider", action=action,
                            detail=text, idempotency_key=key, at=at)
-        await self._write(
-            ("""INSERT INTO audit (cluster, job_id, service, action, detail, idempotency_key, at)
-                VALUES ($1,$2,'decider',$3,$4,$5,$6) ON CONFLICT (idempotency_key) DO NOTHING""",
-             (self.cluster, self.job_id, action, text, key, at), None),
-            (_OUTBOX + " ON CONFLICT (msg_id) DO NOTHING",
-             (subjects.event_audit(self.cluster, self.job_id), key, dump(entry), self._traceparent()),
-             None))
+        async with self._write() as writes:
+            writes.audit.append((self.cluster, self.job_id, action, text, key, at))
+            writes.outbox.append((subjects.event_audit(self.cluster, self.job_id), key, dump(entry),
+                                  self._traceparent()))
