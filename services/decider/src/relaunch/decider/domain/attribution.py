@@ -117,8 +117,10 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
             other.append((event.node, 0.5, f"gpu-probe: degraded at {event.at:%H:%M:%S}: "
                                            f"{'; '.join(event.reasons)[:300]}"))
     for node, entries in (node_history or {}).items():
+        if node not in members:  # (a batch's history holds the nodes its other decisions left out too)
+            continue
         weight_now, jobs = history_weight(entries, now, half_life)
-        if node in members and weight_now >= HISTORY_WEIGHT:
+        if weight_now >= HISTORY_WEIGHT:
             # "excluded for" starts the reason: the ledger adapter recognises history-only exclusions by it.
             shown = ", ".join(jobs[:5])
             other.append((node, 0.75, f"excluded for {len(jobs)} other jobs ({shown}), weight {weight_now:.2f} "
