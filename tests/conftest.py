@@ -190,6 +190,13 @@ async def fresh_ledger(test_stack, unique):
     yield ledger
     await ledger.close()
     await admin.execute(f"DROP DATABASE itest_{unique}")
+
+
+@pytest.fixture
+async def ledger(fresh_ledger):
+    """`fresh_ledger` with every migration applied."""
+    await fresh_ledger.migrate()
+    return fresh_ledger
     await admin.close()
 
 

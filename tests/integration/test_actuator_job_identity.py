@@ -19,12 +19,6 @@ SECOND = NOW - dt.timedelta(minutes=5)
 DELIVERY = Delivery("s", 1, 1)
 
 
-@pytest.fixture
-async def ledger(fresh_ledger):
-    await fresh_ledger.migrate()
-    return fresh_ledger
-
-
 def observed(cluster, submit, state="RUNNING", restarts=0, exit_code=None, name="train"):
     return JobObserved(cluster=cluster, job_id="5", name=name, state=state, restarts=restarts, nodes=["node1"],
                        comment="relaunch:max_attempts=3", observed_at=NOW, submit_time=submit, exit_code=exit_code)

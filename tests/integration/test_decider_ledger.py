@@ -19,12 +19,6 @@ pytestmark = pytest.mark.integration
 DELIVERY = Delivery("s", 1, 1)
 
 
-@pytest.fixture
-async def ledger(fresh_ledger):
-    await fresh_ledger.migrate()
-    return fresh_ledger
-
-
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 

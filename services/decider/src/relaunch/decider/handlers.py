@@ -109,25 +109,7 @@ class Decider:
                     async with self.ledger.anomaly_batch(
                             [a for (a, _, _), _ in live], [a.detected_at - attribution.WINDOW for (a, _, _), _ in live],
                             now - reputation.horizon(self.half_life), [t for (_, _, t), _ in live]) as btx:
-                        judged = []
-                        # node -> (job, when) of the exclusions of the batch's decisions so far, by cluster
-                        excluded: dict[str, dict[str, list[tuple[str, dt.datetime]]]] = {}
-                        for i, ((anomaly, delivery, _), _) in enumerate(live):
-                            tx, history, override, events, node_history = btx.items[i]
-                            node_history = reputation.with_exclusions(node_history, excluded.get(anomaly.cluster, {}))
-                            try:
-                                verdict = self._judge(anomaly, delivery, tx, history, override, events,
-                                                      node_history, now)
-                            except TemporaryError as wait:
-                                waiting[i] = wait
-                                continue
-                            judged.append((i, tx, verdict))
-                            if verdict is not None and verdict[1].kind in ("restart", "terminate"):
-                                for node in verdict[1].exclude_nodes:
-                                    if reputation.counts_in_history(
-                                            node, (r for s in verdict[2] if s.node == node for r in s.reasons)):
-                                        excluded.setdefault(anomaly.cluster, {}).setdefault(node, []).insert(
-                                            0, (anomaly.job_id, now))
+                        judged = self._judge_batch([item for item, _ in live], btx.items, now, waiting)
                         if waiting:
                             raise _BeginAgain
                         async with btx.together():  # one statement for all
@@ -151,6 +133,30 @@ class Decider:
             log.warning("a batch of %d anomalies failed (%s: %s); deciding them one at a time", len(live),
                         type(exc).__name__, exc)
         await asyncio.gather(*(self._alone(item, future) for item, future in live if not future.done()))
+
+    def _judge_batch(self, pending: list[Pending], reads: list, now: dt.datetime,
+                     waiting: dict[int, TemporaryError]) -> list[tuple[int, JobTx, tuple | None]]:
+        """`_judge` of each anomaly of a batch, with what `Ledger.anomaly_batch` read for it: (index, its
+        JobTx, the verdict) of those judged, and each one that must wait put in `waiting` by index. Each
+        decision's node history has the exclusions of the batch's decisions before it, as one at a time."""
+        judged = []
+        # cluster -> node -> (job, when) of the exclusions of the batch's decisions so far, newest first
+        excluded: dict[str, dict[str, list[tuple[str, dt.datetime]]]] = {}
+        for i, ((anomaly, delivery, _), (tx, history, override, events, node_history)) in enumerate(
+                zip(pending, reads, strict=True)):
+            node_history = reputation.with_exclusions(node_history, excluded.get(anomaly.cluster, {}))
+            try:
+                verdict = self._judge(anomaly, delivery, tx, history, override, events, node_history, now)
+            except TemporaryError as wait:
+                waiting[i] = wait
+                continue
+            judged.append((i, tx, verdict))
+            if verdict is None or verdict[1].kind not in ("restart", "terminate"):
+                continue
+            for node in verdict[1].exclude_nodes:
+                if reputation.counts_in_history(node, (r for s in verdict[2] if s.node == node for r in s.reasons)):
+                    excluded.setdefault(anomaly.cluster, {}).setdefault(node, []).insert(0, (anomaly.job_id, now))
+        return judged
 
     async def _alone(self, item: Pending, future: asyncio.Future[Advice | None]) -> None:
         anomaly, delivery, _ = item
