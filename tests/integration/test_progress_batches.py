@@ -242,6 +242,68 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
     assert "3" not in follower._paths
 
 
+async def test_files_silent_for_a_minute_are_looked_at_every_cold_interval(redis_and_bus, unique, tmp_path,
+                                                                          monkeypatch):
+    """The three spans (follower.QUIET_S, COLD_S) and their intervals, with the loop's time passed in."""
+    from relaunch.detector.adapters import follower as follower_module
+
+    bus, state = redis_and_bus
+    cluster = f"c{unique}"
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=1.0, cold_interval_s=5.0)
+    stat_calls: list[list[str]] = []
+    real_sizes = follower_module.file_sizes
+
+    observed_meanwhile: list[str] = []
+
+    def counting_sizes(paths):
+        stat_calls.append(sorted(paths))
+        for job in observed_meanwhile:  # a JobObserved handled while the pass waits for its stat() calls
+            follower.refresh(job)
+        return real_sizes(paths)
+
+    monkeypatch.setattr(follower_module, "file_sizes", counting_sizes)
+    busy, silent = tmp_path / "busy.out", tmp_path / "silent.out"
+    for job, path in (("1", busy), ("2", silent)):
+        path.write_text("starting\n")
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
+    both = sorted([str(busy), str(silent)])
+    t = 1000.0
+    await follower.pass_once(now=t)  # newly followed: both looked at, both read
+    assert stat_calls[-1] == both
+    await follower.pass_once(now=t + 0.5)
+    assert stat_calls[-1] == both, "a newly followed job's files are looked at on every pass"
+    for step in range(1, 60):  # the busy job prints every second; both are quiet-tier after 10 s
+        with busy.open("a") as fh:
+            fh.write(f"step {step}\n")
+        await follower.pass_once(now=t + step)
+    assert stat_calls[-1] == both, "within a minute of growing, a file is looked at every quiet interval"
+    await follower.pass_once(now=t + 60)  # cold_interval_s after the last pass over every file (t + 55)
+    assert stat_calls[-1] == both
+    await follower.pass_once(now=t + 60.5)
+    assert stat_calls[-1] == [str(busy)], "a file silent for a minute is not looked at every pass"
+    await follower.pass_once(now=t + 61)
+    assert stat_calls[-1] == [str(busy)], "nor every quiet interval"
+    with silent.open("a") as fh:
+        fh.write("Traceback (most recent call last):\n")
+    calls = len(stat_calls)
+    for tick in (61.5, 62, 63, 64, 64.9):
+        await follower.pass_once(now=t + tick)
+    assert len(stat_calls) == calls + 5 and all(str(silent) not in c for c in stat_calls[calls:])
+    assert int((await state.job(cluster, "2")).get(f"off:{silent}", "0")) == len("starting\n")
+    await follower.pass_once(now=t + 65)
+    assert stat_calls[-1] == both
+    assert int((await state.job(cluster, "2"))[f"off:{silent}"]) == silent.stat().st_size, "the line is read"
+    await follower.pass_once(now=t + 65.1)
+    assert stat_calls[-1] == both, "a file that grew is looked at on every pass again"
+    await follower.pass_once(now=t + 65.2, everything=True)
+    assert stat_calls[-1] == both
+    observed_meanwhile.append("2")
+    await follower.pass_once(now=t + 130)  # every file, and the job's files looked up again meanwhile
+    observed_meanwhile.clear()
+    await follower.pass_once(now=t + 130.1)
+    assert stat_calls[-1] == [str(silent)], "a job observed again is looked at on every pass"
+
+
 def redis_url_of(state: HotState) -> str:
     kwargs = state.r.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"

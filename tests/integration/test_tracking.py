@@ -9,6 +9,7 @@ from relaunch.common.consumers import Consumer
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.schemas import AnomalyDetected, LogBatch
+from relaunch.detector.adapters.follower import Follower
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.domain import hangs, stragglers
 from relaunch.detector.tracking import ProgressTracker, _track_of
@@ -170,3 +171,33 @@ async def test_a_steady_job_that_starts_printing_nan_losses_is_divergence_from_l
     assert await a.on_progress_batch([report(33, float("nan")), report(34, None)]) == [None, None]
     (found,) = await anomalies(bus, cluster, "12")
     assert found.kind == "divergence" and found.signature_id == "divergence_nonfinite"
+
+
+async def test_a_hang_is_declared_only_after_a_last_look_at_the_log(replicas, tmp_path):
+    """The follower looks at a silent file only every few seconds: before a hang is declared, the job's
+    log is read once more, and a line found there holds the verdict until it is handled."""
+    cluster, ((bus, state, a), _) = replicas
+    log_file = tmp_path / "11.out"
+    log_file.write_text("")
+    await state.track(cluster, "11", {"attempt": "0", "nodes": '["node4"]', "stdout": str(log_file),
+                                      "stderr": str(log_file)})
+    a.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
+    for it in range(1, 9):
+        await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path=str(log_file), offset=it * 100,
+                                  lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
+    last = T0 + dt.timedelta(seconds=8)
+    with log_file.open("a") as fh:  # printed after a long silence, not read yet
+        fh.write(line(9) + "\n")
+    await a.sweep_once(last + dt.timedelta(seconds=60))
+    assert await anomalies(bus, cluster, "11") == [], "a line not read yet holds the verdict"
+    assert int((await state.job(cluster, "11"))[f"off:{log_file}"]) == log_file.stat().st_size
+    assert await state.due_hangs(cluster, (last + dt.timedelta(seconds=60)).timestamp()) == ["11"], "armed again"
+    # Handled as the log consumer would: the deadline moves past the next sweep.
+    await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path=str(log_file), offset=900,
+                              lines=[line(9)], read_at=last + dt.timedelta(seconds=59)))
+    await a.sweep_once(last + dt.timedelta(seconds=61))
+    assert await anomalies(bus, cluster, "11") == []
+    # Silent again for good: the last look finds nothing new, and the hang is declared.
+    await a.sweep_once(last + dt.timedelta(seconds=59 + 600))
+    (hang,) = await anomalies(bus, cluster, "11")
+    assert hang.kind == "hang" and hang.last_step == 9

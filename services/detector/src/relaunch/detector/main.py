@@ -47,13 +47,13 @@ async def amain() -> None:
                    await handled_until(bus, consumers.DETECTOR_LOGS, now))
 
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes,
-                        settings.quiet_follow_interval_s)
+                        settings.quiet_follow_interval_s, settings.cold_follow_interval_s)
     anomalies = AnomalyPublisher(bus, state)  # crashes, hangs and stragglers all leave through it
     tracker = ProgressTracker(bus, state, common.cluster,
                               hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
                               sweep_s=settings.hang_sweep_s, handled_until=progress_read_until,
-                              cache_jobs=settings.state_cache_jobs, anomalies=anomalies)
+                              cache_jobs=settings.state_cache_jobs, anomalies=anomalies, last_look=follower.read_job)
     history = ProgressHistory(ProgressStore(common.redis_url), common.cluster)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies, history)
 

@@ -20,6 +20,10 @@ class DetectorSettings(ServiceSettings):
     quiet_follow_interval_s: float = 1.0
     """How often a followed file that has not grown for 10 s is looked at (one written to recently is
     looked at every follow_interval_s): 10,000 silent files then cost a tenth of the stat() calls."""
+    cold_follow_interval_s: float = 5.0
+    """How often a followed file that has not grown for 60 s is looked at (a silent job: on a shared
+    filesystem each look is a metadata request to its server). A crash ends the job, and Slurm's FAILED
+    makes the detector read the log's last lines whatever this says."""
     failure_grace_s: float = 2.0
     """After Slurm reports a failed attempt, how long to wait for log lines that explain it
     before falling back to the scheduler's state."""

@@ -80,8 +80,12 @@ class ProgressTracker:
     def __init__(self, bus: Bus, state: HotState, cluster: str, hang_policy: hangs.HangPolicy,
                  straggler_policy: stragglers.StragglerPolicy, sweep_s: float = 1.0,
                  handled_until: Callable[[float], Awaitable[float]] | None = None,
-                 cache_jobs: int = 20_000, anomalies: AnomalyPublisher | None = None) -> None:
+                 cache_jobs: int = 20_000, anomalies: AnomalyPublisher | None = None,
+                 last_look: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
+        self.last_look = last_look
+        """job -> whether its log files held lines not read yet (Follower.read_job, which publishes them):
+        asked before a hang is declared, since the follower looks at a silent file only every few seconds."""
         self.anomalies = anomalies or AnomalyPublisher(bus, state)
         """How hangs and stragglers are published (the crash path's own publisher, where main shares one)."""
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
@@ -282,6 +286,9 @@ class ProgressTracker:
             attempt = int(data["attempt"])
             if await self.state.has_anomaly(self.cluster, job_id, attempt):
                 continue
+            if await self._unread_lines(job_id):  # judged again once they are handled
+                await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang_state, policy))
+                continue
             due = dt.datetime.fromtimestamp(hangs.deadline(hang_state, policy), dt.UTC)
             await self._publish(due, AnomalyDetected(
                 anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
@@ -289,6 +296,18 @@ class ProgressTracker:
                 fault_domain="unknown", action="restart", summary=found.reason[:2000],
                 nodes=parse_nodes(info.get("nodes")), detected_at=now, last_step=hang_state.high_step,
             ))
+
+    async def _unread_lines(self, job_id: str) -> bool:
+        """A last look at the job's log files before its hang is declared. The lines found are published
+        (LogBatch) and, being unhandled, hold the next sweep's horizon before them; a look that fails
+        finds nothing (the hang is declared, as without it)."""
+        if self.last_look is None:
+            return False
+        try:
+            return await self.last_look(job_id)
+        except Exception as exc:  # (a file or Redis error: the verdict stands on what was read)
+            log.warning("hang sweep: job %s: last look at its log failed: %s", job_id, exc)
+            return False
 
     async def _straggler(self, job_id: str, attempt: int, found: stragglers.Straggler, info: dict,
                          at: dt.datetime) -> None:

@@ -33,6 +33,9 @@ QUIET_S = 10.0
 """A file whose size has not changed for this long is looked at every quiet_interval_s instead of
 every interval_s (see Follower)."""
 
+COLD_S = 60.0
+"""A file whose size has not changed for this long is looked at every cold_interval_s (see Follower)."""
+
 
 class Follower:
     """Reads new lines of every followed job's files and publishes them as LogBatch signals.
@@ -43,18 +46,22 @@ class Follower:
     round trips (read_job). Offsets stay in Redis, so a restart or another replica resumes exactly; a
     restarted process reads every job once.
 
-    Files written to within the last QUIET_S seconds (and every newly followed job's) are looked at
-    every `interval_s`; quiet ones (a job between its progress lines prints at least every few seconds)
-    every `quiet_interval_s`. A crash is printed by a process that was
-    printing, so this costs a quiet job's crash (say after a long hang) at most quiet_interval_s, while
-    10,000 silent files cost a tenth of the stat() calls.
+    Files are looked at by how long ago they last grew (or this process began following them):
+    within QUIET_S seconds (a job printing, every newly followed job) every `interval_s`; within COLD_S
+    every `quiet_interval_s` (a job between its progress lines prints at least every few seconds);
+    longer ago every `cold_interval_s`. A crash is printed by a process that was printing, and the
+    FAILED observation reads the log's last lines itself, so this costs a silent job's crash line (say
+    after a long hang) at most cold_interval_s, a line after a silence of at least a minute a few
+    seconds, while 10,000 silent files cost a fiftieth of the stat() calls (on a shared filesystem,
+    metadata requests to its server).
     """
 
     def __init__(self, bus: Bus, state: HotState, cluster: str, interval_s: float, batch_bytes: int,
-                 quiet_interval_s: float = 1.0) -> None:
+                 quiet_interval_s: float = 1.0, cold_interval_s: float = 5.0) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
         self.interval_s, self.batch_bytes = interval_s, batch_bytes
         self.quiet_interval_s = max(quiet_interval_s, interval_s)
+        self.cold_interval_s = max(cold_interval_s, self.quiet_interval_s)
         self._lanes = KeyedLanes()
         """A job's reads one after another; an entry only while one is under way (a lock kept per job
         was a few hundred bytes for every followed job)."""
@@ -67,16 +74,21 @@ class Follower:
         """(job, path) of every followed job; None when the followed set or a job's files changed."""
         self._changed_at: dict[tuple[str, str], float] = {}
         """When this process first saw the file or saw its size change (loop time)."""
+        self._warm: list[tuple[str, str]] = []
+        """The files that grew within COLD_S (as of the last pass over them)."""
         self._hot: list[tuple[str, str]] = []
-        self._full_at = float("-inf")
+        """The files that grew within QUIET_S (as of the last pass over them)."""
+        self._warm_at = self._all_at = float("-inf")
 
     async def run(self, stop: asyncio.Event) -> None:
         await every(self.interval_s, self.pass_once, stop, on_error=warn_on(log, "follower: %s"))
 
-    async def pass_once(self, everything: bool = False) -> None:
-        """Read every followed job whose files changed size since this process last read them (only
-        the recently written files, unless a quiet interval has passed or `everything`)."""
-        now = asyncio.get_running_loop().time()
+    async def pass_once(self, everything: bool = False, now: float | None = None) -> None:
+        """Read every followed job whose files changed size since this process last read them: the
+        recently written files, the quiet ones too once quiet_interval_s has passed, and all of them
+        once cold_interval_s has passed or with `everything`. `now`: the event loop's time (tests
+        pass their own)."""
+        now = asyncio.get_running_loop().time() if now is None else now
         version = await self.state.followed_version(self.cluster)
         refresh_paths = now - self._paths_read_at >= PATHS_REFRESH_S
         if version is None or version != self._followed_version or refresh_paths:
@@ -95,26 +107,40 @@ class Follower:
             for key in self._files:  # (the files' own key tuples, one per file, not a copy in each map)
                 self._changed_at.setdefault(key, now)
                 self._sizes.setdefault(key, None)  # None: not read yet
-            self._hot = self._recent(now)
-        full = everything or now - self._full_at >= self.quiet_interval_s
-        if not full:  # the recent files that have gone quiet since (a pass over the recent ones only)
-            self._hot = [key for key in self._hot if now - self._changed_at.get(key, now) < QUIET_S]
-        files = self._files if full else self._hot
-        sizes = dict(zip(files, await asyncio.to_thread(file_sizes, [path for _, path in files])))
-        changed = dict.fromkeys(job for (job, path), size in sizes.items()
-                                if size is not None and self._sizes.get((job, path)) != size)
-        for job in changed:
+            self._warm = self._within(self._files, COLD_S, now)
+            self._hot = self._within(self._warm, QUIET_S, now)
+        every_file = self._files  # (a JobObserved may set self._files to None while this pass waits)
+        if everything or now - self._all_at >= self.cold_interval_s:
+            tier, files = "all", every_file
+        elif now - self._warm_at >= self.quiet_interval_s:
+            tier = "warm"
+            files = self._warm = self._within(self._warm, COLD_S, now)
+        else:
+            tier = "hot"
+            files = self._hot = self._within(self._hot, QUIET_S, now)
+        sizes = await asyncio.to_thread(file_sizes, [path for _, path in files])
+        known = self._sizes
+        grown = {key: size for key, size in zip(files, sizes) if size is not None and known.get(key) != size}
+        by_job: dict[str, list[tuple[str, str]]] = {}
+        for key in grown:
+            by_job.setdefault(key[0], []).append(key)
+        for job, keys in by_job.items():
             await self.read_job(job)
-            for path in self._paths.get(job, ()):
-                if sizes.get((job, path)) is not None:
-                    self._sizes[(job, path)] = sizes[(job, path)]
-                    self._changed_at[(job, path)] = now
-        if full:  # (a file that changed on another pass was among the recent ones already)
-            self._full_at = now
-            self._hot = self._recent(now)
+            for key in keys:
+                self._sizes[key] = grown[key]
+                self._changed_at[key] = now
+        # A file that grew on a pass is among the files of every shorter span already.
+        if tier == "all":
+            self._all_at = now
+            self._warm = self._within(every_file, COLD_S, now)
+        if tier != "hot":
+            self._warm_at = now
+            self._hot = self._within(self._warm, QUIET_S, now)
 
-    def _recent(self, now: float) -> list[tuple[str, str]]:
-        return [key for key in self._files or () if now - self._changed_at.get(key, now) < QUIET_S]
+    def _within(self, keys: list[tuple[str, str]], span_s: float, now: float) -> list[tuple[str, str]]:
+        """The files among `keys` that grew (or were first seen) less than span_s ago."""
+        changed_at, since = self._changed_at, now - span_s
+        return [key for key in keys if changed_at.get(key, now) > since]
 
     def refresh(self, job_id: str) -> None:
         """The job's files may have changed (a JobObserved): look them up and read them on the next pass."""
@@ -127,12 +153,14 @@ class Follower:
         for job in [j for j in self._paths if j not in followed]:
             self.refresh(job)
 
-    async def read_job(self, job_id: str) -> None:
-        """Publish every complete line written since the last read (serialised per job)."""
+    async def read_job(self, job_id: str) -> bool:
+        """Publish every complete line written since the last read (serialised per job); whether there
+        was any."""
+        published = False
         async with self._lanes.turn(job_id):
             info = await self.state.job(self.cluster, job_id)
             if not info:
-                return
+                return False
             attempt = int(info.get("attempt", "0"))
             for path in dict.fromkeys(p for p in (info.get("stdout"), info.get("stderr")) if p):
                 offset = int(info.get(f"off:{path}", "0"))
@@ -141,10 +169,12 @@ class Follower:
                     if chunk is None or chunk.next_offset == offset:
                         break
                     await self._publish(job_id, attempt, path, chunk)
+                    published = published or bool(chunk.lines)
                     offset = chunk.next_offset
                     # Crash between publish and this write: the batch is re-read and re-published with
                     # the same Msg-Id, which JetStream drops.
                     await self.state.set_offset(self.cluster, job_id, path, offset)
+        return published
 
     async def _publish(self, job_id: str, attempt: int, path: str, chunk: Chunk) -> None:
         """Split a chunk into batches under batch_bytes; each Msg-Id names its exact byte range,
