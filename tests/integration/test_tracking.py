@@ -201,3 +201,25 @@ async def test_a_hang_is_declared_only_after_a_last_look_at_the_log(replicas, tm
     await a.sweep_once(last + dt.timedelta(seconds=59 + 600))
     (hang,) = await anomalies(bus, cluster, "11")
     assert hang.kind == "hang" and hang.last_step == 9
+
+
+async def test_a_hung_job_that_keeps_printing_is_still_declared_hung(replicas, tmp_path):
+    """The last look puts a deadline off once: lines without progress do not keep a hung job alive."""
+    cluster, ((bus, state, a), _) = replicas
+    log_file = tmp_path / "12.out"
+    log_file.write_text("")
+    await state.track(cluster, "12", {"attempt": "0", "nodes": '["node5"]', "stdout": str(log_file),
+                                      "stderr": str(log_file)})
+    a.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
+    for it in range(1, 9):
+        await a.on_batch(LogBatch(cluster=cluster, job_id="12", attempt=0, path=str(log_file), offset=it * 100,
+                                  lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
+    last = T0 + dt.timedelta(seconds=8)
+    for sweep_at in (60, 61):
+        with log_file.open("a") as fh:
+            fh.write("[rank0]: NCCL WARN still waiting for the collective\n")
+        await a.sweep_once(last + dt.timedelta(seconds=sweep_at))
+        if sweep_at == 60:
+            assert await anomalies(bus, cluster, "12") == [], "the first look puts the deadline off"
+    (hang,) = await anomalies(bus, cluster, "12")
+    assert hang.kind == "hang" and hang.last_step == 8

@@ -37,6 +37,9 @@ from relaunch.common.progress import divergence
 
 log = logging.getLogger(__name__)
 
+LOOKED_MAX = 4096
+"""Jobs whose put-off hang deadline a replica remembers (ProgressTracker._looked)."""
+
 
 class CrashFirst:
     """Crash detection goes before progress bookkeeping in the one event loop they share: while a log
@@ -86,6 +89,9 @@ class ProgressTracker:
         self.last_look = last_look
         """job -> whether its log files held lines not read yet (Follower.read_job, which publishes them):
         asked before a hang is declared, since the follower looks at a silent file only every few seconds."""
+        self._looked: dict[str, float] = {}
+        """job -> the hang deadline a last look put off: once for a deadline, so that a hung job that keeps
+        printing lines without progress is still declared (bounded: cleared past LOOKED_MAX jobs)."""
         self.anomalies = anomalies or AnomalyPublisher(bus, state)
         """How hangs and stragglers are published (the crash path's own publisher, where main shares one)."""
         self.hang_policy, self.straggler_policy, self.sweep_s = hang_policy, straggler_policy, sweep_s
@@ -286,9 +292,14 @@ class ProgressTracker:
             attempt = int(data["attempt"])
             if await self.state.has_anomaly(self.cluster, job_id, attempt):
                 continue
-            if await self._unread_lines(job_id):  # judged again once they are handled
-                await self.state.save_progress(self.cluster, job_id, data, hangs.deadline(hang_state, policy))
+            deadline = hangs.deadline(hang_state, policy)
+            if self._looked.get(job_id) != deadline and await self._unread_lines(job_id):
+                if len(self._looked) >= LOOKED_MAX:
+                    self._looked.clear()
+                self._looked[job_id] = deadline  # judged again once they are handled
+                await self.state.save_progress(self.cluster, job_id, data, deadline)
                 continue
+            self._looked.pop(job_id, None)
             due = dt.datetime.fromtimestamp(hangs.deadline(hang_state, policy), dt.UTC)
             await self._publish(due, AnomalyDetected(
                 anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
