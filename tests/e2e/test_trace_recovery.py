@@ -91,18 +91,30 @@ def test_one_recovery_is_one_trace_from_the_anomaly_to_converged(recovery):
     anomaly_subject = subjects.event_anomaly(cluster, job)
     final_id = f"reconcile.{cluster}.{job}.{generation}.final"
 
-    def assembled():
+    def assembled(every_parent: bool):
         spans = _spans(recovery["traces"])
         decided = [s for s in spans if s["service"] == "relaunch-decider"
                    and s["attributes"].get("messaging.destination") == anomaly_subject]
         if not decided:
             return None
         trace = [s for s in spans if s["trace_id"] == decided[0]["trace_id"]]
-        done = any(s["attributes"].get("messaging.message.id") == final_id for s in trace)
-        return done and trace
+        if not any(s["attributes"].get("messaging.message.id") == final_id for s in trace):
+            return None
+        ids = {s["span_id"] for s in trace}
+        if every_parent and not all(s["parent_span_id"] in ids for s in trace if s["parent_span_id"]):
+            return None
+        return trace
 
-    # Spans are written in batches (every 0.5 s), so the last ones come a moment after CONVERGED.
-    trace = wait_until("the recovery's spans, up to the decider recording CONVERGED", assembled, timeout=30)
+    # Spans are written in batches (every 0.5 s), each service on its own, so the last ones come a moment
+    # after CONVERGED, and a parent may come after its child: the actuator's span of the Advice that
+    # published the final status ends after the decider's span of that status, and one CI run read the
+    # traces between the two exports.
+    try:
+        trace = wait_until("the recovery's spans, up to the decider recording CONVERGED, with every parent",
+                           lambda: assembled(every_parent=True), timeout=30)
+    except AssertionError:  # judged below on what did come, so that the failure says what is missing
+        trace = wait_until("the recovery's spans, up to the decider recording CONVERGED",
+                           lambda: assembled(every_parent=False), timeout=1)
     ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.write_text(f"job {job} on cluster {cluster}: one recovery, from the anomaly to CONVERGED\n"
                         + span_list(trace))
