@@ -173,19 +173,26 @@ async def test_a_steady_job_that_starts_printing_nan_losses_is_divergence_from_l
     assert found.kind == "divergence" and found.signature_id == "divergence_nonfinite"
 
 
+async def followed_job_with_steps(tracker: ProgressTracker, bus: Bus, state: HotState, cluster: str, job: str,
+                                  log_file) -> dt.datetime:
+    """A job whose log the tracker's last look reads (an empty file, followed), with 8 one-second steps
+    already handled; returns the time of the last one."""
+    log_file.write_text("")
+    await state.track(cluster, job, {"attempt": "0", "nodes": '["node4"]', "stdout": str(log_file),
+                                     "stderr": str(log_file)})
+    tracker.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
+    for it in range(1, 9):
+        await tracker.on_batch(LogBatch(cluster=cluster, job_id=job, attempt=0, path=str(log_file),
+                                        offset=it * 100, lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
+    return T0 + dt.timedelta(seconds=8)
+
+
 async def test_a_hang_is_declared_only_after_a_last_look_at_the_log(replicas, tmp_path):
     """The follower looks at a silent file only every few seconds: before a hang is declared, the job's
     log is read once more, and a line found there holds the verdict until it is handled."""
     cluster, ((bus, state, a), _) = replicas
     log_file = tmp_path / "11.out"
-    log_file.write_text("")
-    await state.track(cluster, "11", {"attempt": "0", "nodes": '["node4"]', "stdout": str(log_file),
-                                      "stderr": str(log_file)})
-    a.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
-    for it in range(1, 9):
-        await a.on_batch(LogBatch(cluster=cluster, job_id="11", attempt=0, path=str(log_file), offset=it * 100,
-                                  lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
-    last = T0 + dt.timedelta(seconds=8)
+    last = await followed_job_with_steps(a, bus, state, cluster, "11", log_file)
     with log_file.open("a") as fh:  # printed after a long silence, not read yet
         fh.write(line(9) + "\n")
     await a.sweep_once(last + dt.timedelta(seconds=60))
@@ -207,14 +214,7 @@ async def test_a_hung_job_that_keeps_printing_is_still_declared_hung(replicas, t
     """The last look puts a deadline off once: lines without progress do not keep a hung job alive."""
     cluster, ((bus, state, a), _) = replicas
     log_file = tmp_path / "12.out"
-    log_file.write_text("")
-    await state.track(cluster, "12", {"attempt": "0", "nodes": '["node5"]', "stdout": str(log_file),
-                                      "stderr": str(log_file)})
-    a.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
-    for it in range(1, 9):
-        await a.on_batch(LogBatch(cluster=cluster, job_id="12", attempt=0, path=str(log_file), offset=it * 100,
-                                  lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))
-    last = T0 + dt.timedelta(seconds=8)
+    last = await followed_job_with_steps(a, bus, state, cluster, "12", log_file)
     for sweep_at in (60, 61):
         with log_file.open("a") as fh:
             fh.write("[rank0]: NCCL WARN still waiting for the collective\n")

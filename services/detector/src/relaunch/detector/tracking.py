@@ -300,7 +300,7 @@ class ProgressTracker:
                 await self.state.save_progress(self.cluster, job_id, data, deadline)
                 continue
             self._looked.pop(job_id, None)
-            due = dt.datetime.fromtimestamp(hangs.deadline(hang_state, policy), dt.UTC)
+            due = dt.datetime.fromtimestamp(deadline, dt.UTC)
             await self._publish(due, AnomalyDetected(
                 anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
                 attempt=attempt, kind="hang", source="progress", signature_id="hang_no_progress", category="hang",
