@@ -402,3 +402,88 @@ async def test_every_batch_the_progress_tracker_holds_at_once_is_delivered(redis
         await puller.close()
         await bus.js.delete_consumer(subjects.SIGNALS.name, consumer.spec.durable)
     assert taken == [consumer.batch] * 3
+
+
+async def test_plain_reports_are_stored_as_lines_after_the_state_the_replica_holds(redis_and_bus, unique, test_stack):
+    """Most reports append a line (track.report_delta) after the state instead of writing it whole: the
+    state key stays as it was, another replica reads the state with the lines applied, the whole state
+    is written again once the lines reach tracking.LINES_MAX, and an append onto a state that another
+    replica replaced meanwhile is refused and the whole state written instead (as before lines)."""
+    from relaunch.detector.domain.track import from_record
+    from relaunch.detector.tracking import LINES_MAX
+
+    bus, state = redis_and_bus
+    cluster, single = f"l{unique}", f"m{unique}"
+    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    alone = ProgressTracker(bus, state, single, hangs.HangPolicy(), stragglers.StragglerPolicy())
+    for c in (cluster, single):
+        await state.track(c, "1", {"attempt": "0"})
+    key, lines_key = f"rl:prog:{cluster}:1", f"rl:progd:{cluster}:1"
+    step = 0
+
+    async def batch(n: int, who: ProgressTracker = tracker) -> None:
+        nonlocal step
+        for c, t in ((cluster, who), (single, alone)):
+            items = [(report(c, "1", step + i, step + i, 100.0), DELIVERY) for i in range(n)]
+            assert await t.on_progress_batch(items) == [None] * n
+        step += n
+
+    await batch(3)  # nothing held yet: the whole state
+    whole = await state.raw.get(key)
+    assert not await state.raw.exists(lines_key)
+    await batch(2)
+    await batch(1)
+    assert await state.raw.get(key) == whole, "the state key is not written again"
+    lines = await state.raw.get(lines_key)
+    assert lines.count(b"\n") == 3 and lines.startswith(b"3 100.0 1.0 - ")
+    assert 0 < await state.raw.ttl(lines_key) <= 14 * 86400
+    other = HotState(test_stack["RELAUNCH_REDIS_URL"])
+    try:
+        assert await other.progress(cluster, "1") == await state.progress(single, "1"), \
+            "another replica reads the state with the lines applied"
+        assert await state.r.zscore(f"rl:hangdl:{cluster}", "1") == await state.r.zscore(f"rl:hangdl:{single}", "1")
+
+        rewritten = False
+        while not rewritten:
+            await batch(1)
+            rewritten = await state.raw.get(key) != whole
+            assert len(await state.raw.get(lines_key) or b"") <= LINES_MAX
+        assert not await state.raw.exists(lines_key), "the whole state again: no lines after it"
+        assert step > 20, "about 30 reports of lines before the whole state is written again"
+
+        # Another replica writes the whole state while this one holds the older one: this one's lines
+        # are refused, and its whole state is written (the last writer's, as without lines).
+        await batch(2)
+        real, refused = state.progress_many, []
+
+        async def then_the_other_replica_writes(c, job_ids, held=None):
+            out = await real(c, job_ids, held)
+            if c == cluster:  # between this replica's read and its save
+                await other.save_progress(cluster, "1", await other.raw.get(key) and
+                                          (await other.raw.get(key)).partition(b" ")[2], 1.0)
+            return out
+
+        real_save = state.save_progress_many
+
+        async def saving(c, saves):
+            written = await real_save(c, saves)
+            refused.extend(s[0] for s, token in zip(saves, written) if token is None)
+            return written
+
+        state.progress_many, state.save_progress_many = then_the_other_replica_writes, saving
+        await batch(1)
+        state.progress_many, state.save_progress_many = real, real_save
+        assert refused == ["1"], "the lines were refused"
+        assert not await state.raw.exists(lines_key)
+        assert await state.progress(cluster, "1") == await state.progress(single, "1"), "this replica's whole state"
+        assert await state.r.zscore(f"rl:hangdl:{cluster}", "1") == await state.r.zscore(f"rl:hangdl:{single}", "1")
+
+        # Lines that cannot be read: the state is unreadable, tracking starts afresh (no crash).
+        await batch(1, ProgressTracker(bus, other, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy()))
+        await state.raw.append(lines_key, b"garbage\n")
+        assert await other.progress(cluster, "1") is None
+        fresh = ProgressTracker(bus, other, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
+        assert await fresh.on_progress_batch([(report(cluster, "1", step, step, 100.0), DELIVERY)]) == [None]
+        assert from_record(await state.progress(cluster, "1")).total == 1
+    finally:
+        await other.close()

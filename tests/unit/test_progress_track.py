@@ -187,3 +187,58 @@ def test_a_tracks_divergence_state_advanced_in_place_is_the_state_observe_makes(
         again = track.from_record(stored)
         assert again.divergence == frozen and (again._div is None) == (live._div is None)
     assert steady_seen > 50  # the steady path was taken, not only the frozen one
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_report_lines_replayed_on_a_stored_state_give_the_track_advanced_in_place(seed):
+    """What the tracker stores for most reports (track.report_delta, after the state it holds) read back
+    by a replica that does not hold the state (decode_with_deltas, from_record, replay): every field as
+    the track advanced report by report, through steps that go back, repeat and jump, ranks, odd measures
+    and times finer than the millisecond."""
+    rng = random.Random(seed)
+    hang_keep, straggler_keep = rng.choice([(100, 45), (3, 5), (256, 256)])
+    live = track.ProgressTrack(1, 100.0, hang_keep, straggler_keep)
+    stored, lines = live.encode(), []
+    step, at = 0, 1.7e9 + rng.random()
+    for n in range(300):
+        step = max(0, step + rng.choice([1, 1, 1, 0, 2, 7, -3]))
+        at += rng.choice([0.0, 0.0004, 0.9, 1.0, 1.3, 40.0, rng.uniform(0.001, 3.0)])
+        fields = (rng.choice([step, step, None]), rng.choice([None, None, 95.5, 0.0, float("nan"), float("inf"),
+                                                              rng.uniform(1, 1e6)]),
+                  rng.choice([None, 1.0, 1.25, 0.0, -1.0, float("inf"), rng.random()]), rng.choice([None, None, 0, 3]))
+        live.observe_report(*fields, at, hang_keep, straggler_keep)
+        live.advance_divergence(fields[0])
+        lines.append(track.report_delta(*fields, at))
+        if rng.random() < 0.05:  # the whole state written again
+            stored, lines = live.encode(), []
+        if n % 7 == 0 or n == 299:
+            read = track.from_record(track.decode_record(stored), hang_keep, straggler_keep)
+            track.replay(read, b"".join(lines), hang_keep, straggler_keep)
+            assert read.encode() == live.encode()
+            # a reader that does not know the job's windows reads the largest: the newest part alike
+            record = track.decode_with_deltas(stored, b"".join(lines))
+            widest = track.from_record(record)
+            assert widest.intervals[-hang_keep:] == live.intervals[-hang_keep:]
+            assert widest.rates[-straggler_keep:] == live.rates[-straggler_keep:]
+            assert (widest.last_step, widest.high_step, widest.progress_at, widest.total) == \
+                (live.last_step, live.high_step, live.progress_at, live.total)
+
+
+@pytest.mark.parametrize("lines", [b"1 2.0 - -\n", b"1 2.0 - - 3.0 9\n", b"x - - - 1.0\n", b"1 - - - soon\n",
+                                   b"\xff\xfe - - - 1\n"])
+def test_malformed_report_lines_are_a_value_error(lines):
+    with pytest.raises(ValueError):
+        track.decode_with_deltas(_full_track().encode(), lines)
+
+
+def test_a_ranks_infinite_step_time_leaves_a_state_that_reads_back():
+    """A report with a rank and step_time_s Infinity (a client may send it) kept inf in the rank's times,
+    which the stored form writes as null: every later read found the state malformed and the job's
+    tracking started afresh. The rank's time is then the inverse of its throughput, as for no step time."""
+    live = track.ProgressTrack(1, 100.0, 100, 45)
+    live.observe_report(5, 95.5, float("inf"), 3, 101.0)
+    assert live.rank_times == {3: (1.0 / 95.5,)}
+    assert track.from_record(track.decode_record(live.encode())).straggler_state() == live.straggler_state()
+    frozen = stragglers.observe_points(stragglers.StragglerState(), [
+        ProgressPoint(5, 95.5, float("inf"), 3, "client")], 101.0)
+    assert frozen.rank_times == {3: (1.0 / 95.5,)}

@@ -6,7 +6,9 @@ from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: a
 stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
 rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (the attempt's hang and straggler state: the
 token of the write that made it, a space, then the state (domain/track.py's compact form, or JSON); a reader that holds the state of that very write
-decoded already need not read it again), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
+decoded already need not read it again), rl:progd:<c>:<job> (the plain reports applied since that state,
+one line each (track.report_delta), appended by the replica that holds the state; a whole state written
+deletes them), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
 (present while this Redis holds rebuilt state; its absence means the data was lost), rl:heard:<c>
 (hash: node -> the time its probe's last NodeHealth was published and its heartbeat interval) and
 rl:silent:<c>:<node> (the silence of that node already reported).
@@ -24,7 +26,7 @@ from redis import asyncio as aioredis
 
 from relaunch.common.redis_outage import DOWN, redis_outage
 
-from ..domain.track import decode_record
+from ..domain.track import decode_with_deltas
 
 ANOMALY_TTL_S = 14 * 86400
 MAX_CONNECTIONS = 64
@@ -125,7 +127,8 @@ class HotState:
         for name, value in fields.items():
             args += (name, value)
         await self._call(self._track(keys=[f"rl:job:{cluster}:{job_id}", f"rl:follow:{cluster}", f"rl:followv:{cluster}",
-                                           f"rl:prog:{cluster}:{job_id}", f"rl:hangdl:{cluster}"], args=args))
+                                           f"rl:prog:{cluster}:{job_id}", f"rl:hangdl:{cluster}",
+                                           f"rl:progd:{cluster}:{job_id}"], args=args))
 
     async def untrack(self, cluster: str, job_id: str) -> None:
         await self._call(self._follow(keys=[f"rl:follow:{cluster}", f"rl:followv:{cluster}"], args=["SREM", job_id]))
@@ -158,16 +161,16 @@ class HotState:
         pipe = self.raw.pipeline(transaction=False)  # the progress state is bytes: the raw client
         pipe.hgetall(f"rl:job:{cluster}:{job_id}")
         pipe.exists(*_anomaly_keys(cluster, job_id, attempt, EXPLAINED_BY))
-        pipe.get(f"rl:prog:{cluster}:{job_id}")
+        pipe.mget(f"rl:prog:{cluster}:{job_id}", f"rl:progd:{cluster}:{job_id}")
         info, found, progress = await self._call(pipe.execute())
-        return {k.decode(): v.decode() for k, v in info.items()}, bool(found), _state(progress)[1]
+        return {k.decode(): v.decode() for k, v in info.items()}, bool(found), _state(*progress)[1]
 
     async def mark_anomaly(self, cluster: str, job_id: str, attempt: int, kind: str, signature_id: str) -> None:
         await self._call(self.r.set(_anomaly_keys(cluster, job_id, attempt, (kind,))[0], signature_id,
                                     ex=ANOMALY_TTL_S))
 
     async def progress(self, cluster: str, job_id: str) -> dict | None:
-        return _state(await self._call(self.raw.get(f"rl:prog:{cluster}:{job_id}")))[1]
+        return _state(*await self._call(self.raw.mget(f"rl:prog:{cluster}:{job_id}", f"rl:progd:{cluster}:{job_id}")))[1]
 
     async def save_progress(self, cluster: str, job_id: str, data: bytes | dict, deadline: float | None) -> str:
         """Store the attempt's progress state (as stored: ProgressTrack.encode, or a record as JSON) and
@@ -176,12 +179,13 @@ class HotState:
         pipe = self.r.pipeline(transaction=True)
         stored = data if isinstance(data, bytes) else orjson.dumps(data)
         pipe.set(f"rl:prog:{cluster}:{job_id}", token.encode() + b" " + stored, ex=ANOMALY_TTL_S)
+        pipe.delete(f"rl:progd:{cluster}:{job_id}")  # (its reports are in `data`, or of an older state)
         if deadline is None:
             pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         else:
             pipe.zadd(f"rl:hangdl:{cluster}", {job_id: deadline})
         await self._call(pipe.execute())
-        return token
+        return token + "+0"
 
     async def progress_many(self, cluster: str, job_ids: list[str], held: Mapping[str, str] | None = None,
                             ) -> dict[str, tuple[dict[str, str], str | None, dict | None | Held]]:
@@ -189,8 +193,9 @@ class HotState:
         token of its progress state and the state itself: one command for all of them (a script;
         per-command client work, not Redis, is what costs at thousands of jobs a second).
 
-        `held`: job -> the token of the state the caller holds decoded already. Where Redis still holds
-        that very write, the state is not sent again and HELD stands for it (decoding a state costs more
+        `held`: job -> the token of the state the caller holds decoded already (save_progress_many's,
+        which names the state's write and the length of the report lines after it). Where Redis still
+        holds that very state, it is not sent again and HELD stands for it (decoding a state costs more
         than everything else a report needs)."""
         if not job_ids:
             return {}
@@ -204,39 +209,54 @@ class HotState:
         replies = await self._call(self._read_progress(keys=[], args=args))
         out: dict[str, tuple[dict[str, str], str | None, dict | None | Held]] = {}
         for i, job_id in enumerate(job_ids):
-            fields, raw = replies[2 * i], replies[2 * i + 1]
+            fields, raw = replies[3 * i], replies[3 * i + 1]
             fields = {k: v.decode("utf-8", "replace") for k, v in zip(PROGRESS_FIELDS, fields) if v is not None}
             if raw == b"=":  # the state of the very write the caller holds
                 out[job_id] = (fields, held[job_id], HELD)
             else:
-                out[job_id] = (fields, *_state(raw))
+                out[job_id] = (fields, *_state(raw, replies[3 * i + 2]))
         return out
 
-    async def save_progress_many(self, cluster: str, saves: list[tuple[str, bytes, float | None, bool]],
-                                 ) -> list[str]:
-        """save_progress for many jobs at once, atomically (one script): (job, the state as stored
-        (ProgressTrack.encode: no newline), deadline, first progress seen, which marks the job's
-        progress_seen). Returns each write's token, in order (stored as '<token> <state>')."""
+    async def save_progress_many(self, cluster: str, saves: list[tuple[str, bytes, float | None, bool, str | None]],
+                                 ) -> list[str | None]:
+        """save_progress for many jobs at once, atomically (one script): (job, data, deadline, first
+        progress seen (marks the job's progress_seen), after). With `after` None, `data` is the whole
+        state (ProgressTrack.encode: no newline) and replaces what was stored; otherwise it is report
+        lines (track.report_delta) appended to the state whose token `after` is, the caller's own.
+
+        Returns each job's new token, in order (a whole state is stored as '<token> <state>'; a token
+        names the write and the length of the report lines after it). None where the state stored is no
+        longer the one `after` names (another replica wrote meanwhile): nothing was written for that
+        job, and the caller writes its whole state instead."""
         if not saves:
             return []
-        # One argument for every job's id, deadline, progress_seen mark and stored length, one for the
-        # states one after another (bytes: the script cuts them by length): see progress_many. The
-        # states are joined once, each behind its token, with no copy of each made first.
+        # One argument for every job's id, deadline, progress_seen mark, stored length and state it
+        # extends, one for the data one after another (bytes: the script cuts them by length): see
+        # progress_many. Whole states are joined once, each behind its token, with no copy made first.
         heads, parts, tokens = [], [], []
-        for job_id, data, deadline, first in saves:
-            token = self._token()
-            tokens.append(token)
-            prefix = token.encode() + b" "
+        for job_id, data, deadline, first, after in saves:
+            if after is None:
+                token = self._token()
+                tokens.append(token + "+0")
+                prefix = token.encode() + b" "
+                size = len(prefix) + len(data)
+                parts += (prefix, data)
+            else:
+                token, _, length = after.partition("+")
+                size = len(data)
+                tokens.append(f"{token}+{int(length) + size}")
+                parts.append(data)
             heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} "
-                         f"{len(prefix) + len(data)}")
-            parts += (prefix, data)
-        await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
-                                                              b"".join(parts)]))
+                         f"{size} {after or '-'}")
+        refused = await self._call(self._save_progress(keys=[], args=[str(ANOMALY_TTL_S), cluster, "\n".join(heads),
+                                                                        b"".join(parts)]))
+        for index in refused:
+            tokens[int(index) - 1] = None
         return tokens
 
     async def forget_progress(self, cluster: str, job_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(f"rl:prog:{cluster}:{job_id}")
+        pipe.delete(f"rl:prog:{cluster}:{job_id}", f"rl:progd:{cluster}:{job_id}")
         pipe.zrem(f"rl:hangdl:{cluster}", job_id)
         await self._call(pipe.execute())
 
@@ -294,7 +314,8 @@ return 0
 """
 
 _TRACK = """
--- KEYS: the job's hash, the followed set, its version, the job's progress state, the hang deadlines.
+-- KEYS: the job's hash, the followed set, its version, the job's progress state, the hang deadlines,
+-- the report lines after the progress state.
 -- ARGV: the job, '1' to forget its progress state and deadline (a finished attempt) or '0', then the
 -- hash's field, value pairs. The version changes only when the set does (as _FOLLOW).
 if #ARGV > 2 then
@@ -304,7 +325,7 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
   redis.call('INCR', KEYS[3])
 end
 if ARGV[2] == '1' then
-  redis.call('DEL', KEYS[4])
+  redis.call('DEL', KEYS[4], KEYS[6])
   redis.call('ZREM', KEYS[5], ARGV[1])
 end
 return 0
@@ -315,8 +336,9 @@ return 0
 _READ_PROGRESS = """
 -- ARGV: the cluster, the hash fields to read, the job ids, and per job the token of the state the
 -- caller holds ('-' for none); the last three separated by spaces.
--- Returns per job: the fields, and the state ('=' when it is the very write the caller holds, false
--- when there is none).
+-- Returns per job: the fields, the state ('=' when it is the very state the caller holds, false when
+-- there is none) and the report lines after it (false when none, or when the caller holds the state).
+-- A held token is '<write token>+<length of the report lines after it>'.
 local c = ARGV[1]
 local fields = {}
 for f in string.gmatch(ARGV[2], '%S+') do fields[#fields + 1] = f end
@@ -327,14 +349,17 @@ local n = 0
 for id in string.gmatch(ARGV[3], '%S+') do
   n = n + 1
   out[#out + 1] = redis.call('HMGET', 'rl:job:' .. c .. ':' .. id, unpack(fields))
-  local key = 'rl:prog:' .. c .. ':' .. id
-  local token = held[n]
+  local key, dkey = 'rl:prog:' .. c .. ':' .. id, 'rl:progd:' .. c .. ':' .. id
+  local token, length = string.match(held[n], '^([^+]+)%+(%d+)$')
   -- the state's first bytes only, where the caller holds one: most reports' states are never sent, and
   -- a whole one (about 2 KB) made into a Lua string for each had cost Redis more than the rest of this
-  if token ~= '-' and redis.call('GETRANGE', key, 0, #token) == token .. ' ' then
+  if token and redis.call('GETRANGE', key, 0, #token) == token .. ' '
+      and redis.call('STRLEN', dkey) == tonumber(length) then
     out[#out + 1] = '='
+    out[#out + 1] = false
   else
     out[#out + 1] = redis.call('GET', key)
+    out[#out + 1] = redis.call('GET', dkey)
   end
 end
 return out
@@ -342,49 +367,70 @@ return out
 
 _SAVE_PROGRESS = """
 -- ARGV: the TTL, the cluster, one line per job: '<id> <deadline, - disarms> <1 marks progress_seen>
--- <length of its state>', and the jobs' states ('<token> <state>', bytes) one after another, in order.
+-- <length of its data> <the held token its data extends, - for a whole state>', and the jobs' data one
+-- after another, in order: a whole state ('<token> <state>', bytes) or report lines to append.
+-- Returns the (1-based) positions of the jobs whose report lines were refused: the state stored is not
+-- the one the caller extends (nothing is written for them).
 local ttl, c = ARGV[1], ARGV[2]
 local deadlines = 'rl:hangdl:' .. c
 local states = ARGV[4]
 local jobs, total = {}, 0
 for line in string.gmatch(ARGV[3], '[^\\n]+') do
-  local id, deadline, first, size = string.match(line, '^(%S+) (%S+) (%S+) (%d+)$')
+  local id, deadline, first, size, after = string.match(line, '^(%S+) (%S+) (%S+) (%d+) (%S+)$')
   if not id then return redis.error_reply('save_progress: a malformed line: ' .. line) end
-  jobs[#jobs + 1] = {id, deadline, first, tonumber(size)}
+  jobs[#jobs + 1] = {id, deadline, first, tonumber(size), after}
   total = total + tonumber(size)
 end
 if total ~= #states then  -- checked before anything is written
   return redis.error_reply('save_progress: ' .. #states .. ' bytes of states, ' .. total .. ' announced')
 end
-local pos = 1
-for _, job in ipairs(jobs) do
-  local id, deadline, first, size = job[1], job[2], job[3], job[4]
-  redis.call('SET', 'rl:prog:' .. c .. ':' .. id, string.sub(states, pos, pos + size - 1), 'EX', ttl)
+local pos, refused = 1, {}
+for i, job in ipairs(jobs) do
+  local id, deadline, first, size, after = job[1], job[2], job[3], job[4], job[5]
+  local key, dkey = 'rl:prog:' .. c .. ':' .. id, 'rl:progd:' .. c .. ':' .. id
+  local data = string.sub(states, pos, pos + size - 1)
   pos = pos + size
-  if deadline == '-' then
-    redis.call('ZREM', deadlines, id)
+  local written = true
+  if after == '-' then
+    redis.call('SET', key, data, 'EX', ttl)
+    redis.call('DEL', dkey)
   else
-    redis.call('ZADD', deadlines, deadline, id)
+    local token, length = string.match(after, '^([^+]+)%+(%d+)$')
+    if token and redis.call('GETRANGE', key, 0, #token) == token .. ' '
+        and redis.call('STRLEN', dkey) == tonumber(length) then
+      if redis.call('APPEND', dkey, data) == size then redis.call('EXPIRE', dkey, ttl) end
+    else
+      refused[#refused + 1] = i
+      written = false
+    end
   end
-  if first == '1' then
-    redis.call('HSET', 'rl:job:' .. c .. ':' .. id, 'progress_seen', '1')
+  if written then
+    if deadline == '-' then
+      redis.call('ZREM', deadlines, id)
+    else
+      redis.call('ZADD', deadlines, deadline, id)
+    end
+    if first == '1' then
+      redis.call('HSET', 'rl:job:' .. c .. ':' .. id, 'progress_seen', '1')
+    end
   end
 end
-return 0
+return refused
 """
 
 
-def _state(raw: bytes | None) -> tuple[str | None, dict | None]:
-    """A stored progress state as (its write's token, the state); (None, None) when there is none or it
-    cannot be read (the attempt's tracking starts afresh)."""
+def _state(raw: bytes | None, deltas: bytes | None = None) -> tuple[str | None, dict | None]:
+    """A stored progress state and the report lines after it as (the token a holder gives back to
+    progress_many, the state with the lines applied); (None, None) when there is none or it cannot be
+    read (the attempt's tracking starts afresh)."""
     if not raw:
         return None, None
     token, _, body = raw.partition(b" ") if not raw.startswith(b"{") else (b"", b"", raw)
     try:
-        data = decode_record(body)  # the compact form (domain/track.py) or JSON
+        data = decode_with_deltas(body, deltas)  # the compact form (domain/track.py) or JSON
     except ValueError:
         return None, None
-    return (token.decode("ascii", "replace") or None), data
+    return (f"{token.decode('ascii', 'replace')}+{len(deltas or b'')}" if token else None), data
 
 
 def _anomaly_keys(cluster: str, job_id: str, attempt: int, kinds: tuple[str, ...]) -> list[str]:

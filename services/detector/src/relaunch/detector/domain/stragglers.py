@@ -189,9 +189,11 @@ def observe_points(state: StragglerState, points: Iterable[ProgressPoint], now: 
         elif point_unit != unit:
             continue
         if point.rank is not None:
-            # the rank's own step time where it prints one (its throughput may be the job's, the same
-            # on every rank), else the inverse of its throughput
-            own = point.step_time_s if point.step_time_s is not None and point.step_time_s > 0 else 1.0 / rate
+            # the rank's own step time where it prints a usable one (its throughput may be the job's, the
+            # same on every rank), else the inverse of its throughput (an infinite one would be stored as
+            # null, and the whole state read back as malformed)
+            own = point.step_time_s if point.step_time_s is not None and 0 < point.step_time_s < math.inf \
+                else 1.0 / rate
             ranks = dict(state.rank_times) if ranks is None else ranks
             ranks[point.rank] = (ranks.get(point.rank, ()) + (own,))[-MAX_RANK_POINTS:]
         if point.step is not None:

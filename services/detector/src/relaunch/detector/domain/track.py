@@ -273,7 +273,7 @@ class ProgressTrack:
             return False
         changed = False
         if rank is not None:
-            own = step_time if step_time is not None and step_time > 0 else 1.0 / rate
+            own = step_time if step_time is not None and 0 < step_time < math.inf else 1.0 / rate
             ranks = self.rank_times  # (straggler_state() and from_states copy it)
             if ranks is None:
                 ranks = self.rank_times = {}
@@ -378,6 +378,49 @@ def decode_record(text: str | bytes) -> dict[str, Any]:
     if div is not None:
         out["divergence"] = div
     return out
+
+
+DELTA_FIELDS = 5
+"""A plain report as stored after a state (`report_delta`): step, throughput, step time, rank, time."""
+
+
+def report_delta(step: int | None, throughput: float | None, step_time_s: float | None, rank: int | None,
+                 at: float) -> bytes:
+    """One plain report (observe_report's arguments) as a line that `replay` applies to the state stored
+    before it: what is written for most reports instead of the whole state (about 35 bytes against
+    1.6 KB; docs/architecture.md, "Scale"). Floats as repr, which reads back to the same double; the time
+    rounded to the millisecond, as observe_report rounds it (rounding it again changes nothing)."""
+    return (f"{'-' if step is None else step} {'-' if throughput is None else repr(throughput)} "
+            f"{'-' if step_time_s is None else repr(step_time_s)} {'-' if rank is None else rank} "
+            f"{round(at, 3)!r}\n").encode()
+
+
+def replay(track: ProgressTrack, deltas: bytes, hang_keep: int = hangs.MAX_WINDOW,
+           straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
+    """Apply stored report lines (`report_delta`, oldest first) as the tracker applied each report:
+    observe_report, then advance_divergence. ValueError when a line is malformed."""
+    for line in deltas.split(b"\n"):
+        if not line:
+            continue
+        fields = line.split(b" ")
+        if len(fields) != DELTA_FIELDS:
+            raise ValueError(f"progress report line {line[:80]!r} has {len(fields)} fields, not {DELTA_FIELDS}")
+        step_b, tp_b, st_b, rank_b, at_b = fields
+        step = None if step_b == b"-" else int(step_b)
+        track.observe_report(step, None if tp_b == b"-" else float(tp_b), None if st_b == b"-" else float(st_b),
+                             None if rank_b == b"-" else int(rank_b), float(at_b), hang_keep, straggler_keep)
+        track.advance_divergence(step)
+
+
+def decode_with_deltas(text: str | bytes, deltas: bytes | None) -> dict[str, Any]:
+    """decode_record of a stored state followed by its report lines (`replay`, at the largest windows:
+    the verdicts read the newest part of each). ValueError when either cannot be read."""
+    data = decode_record(text)
+    if not deltas:
+        return data
+    track = from_record(data, hangs.MAX_WINDOW, stragglers.MAX_SAMPLES)
+    replay(track, deltas)
+    return decode_record(track.encode())  # (the shape decode_record gives, lists and all)
 
 
 def _reserved(length: int) -> array:
