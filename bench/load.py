@@ -291,7 +291,7 @@ class LoadRun:
         for start in range(0, len(self.jobs), 1000):
             pipe = self.redis.pipeline(transaction=False)
             for job in self.jobs[start: start + 1000]:
-                pipe.delete(f"rl:job:{c}:{job.job_id}", f"rl:prog:{c}:{job.job_id}")
+                pipe.delete(f"rl:job:{c}:{job.job_id}", f"rl:prog:{c}:{job.job_id}", f"rl:progd:{c}:{job.job_id}")
                 pipe.srem(f"rl:follow:{c}", job.job_id)
                 pipe.zrem(f"rl:hangdl:{c}", job.job_id)
             await pipe.execute()

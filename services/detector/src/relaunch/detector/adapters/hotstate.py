@@ -6,9 +6,10 @@ from these keys. Keys: rl:follow:<c> (set of job ids), rl:job:<c>:<job> (hash: a
 stderr, nodes, options, progress_seen, off:<path>), rl:anomaly:<c>:<job>:<attempt>:<kind>,
 rl:candidate:<c>:<job>:<attempt>, rl:prog:<c>:<job> (the attempt's hang and straggler state: the
 token of the write that made it, a space, then the state (domain/track.py's compact form, or JSON); a reader that holds the state of that very write
-decoded already need not read it again), rl:progd:<c>:<job> (the plain reports applied since that state,
-one line each (track.report_delta), appended by the replica that holds the state; a whole state written
-deletes them), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
+decoded already need not read it again), rl:progd:<c>:<job> (the token of that state's write, a space,
+then the plain reports applied since, one line each (track.report_delta), appended by the replica that
+holds the state; a whole state written deletes them, and lines behind another write's token (an older
+release's replica wrote the state) are not applied), rl:followv:<c> (a counter that changes with rl:follow), rl:hangdl:<c> (sorted set: job -> hang deadline, swept by any detector replica) and rl:built:<c>
 (present while this Redis holds rebuilt state; its absence means the data was lost), rl:heard:<c>
 (hash: node -> the time its probe's last NodeHealth was published and its heartbeat interval) and
 rl:silent:<c>:<node> (the silence of that node already reported).
@@ -244,7 +245,8 @@ class HotState:
             else:
                 token, _, length = after.partition("+")
                 size = len(data)
-                tokens.append(f"{token}+{int(length) + size}")
+                # (the first lines after a state go behind its token: the script writes it)
+                tokens.append(f"{token}+{int(length) + size + (0 if int(length) else len(token) + 1)}")
                 parts.append(data)
             heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} "
                          f"{size} {after or '-'}")
@@ -398,7 +400,11 @@ for i, job in ipairs(jobs) do
     local token, length = string.match(after, '^([^+]+)%+(%d+)$')
     if token and redis.call('GETRANGE', key, 0, #token) == token .. ' '
         and redis.call('STRLEN', dkey) == tonumber(length) then
-      if redis.call('APPEND', dkey, data) == size then redis.call('EXPIRE', dkey, ttl) end
+      if length == '0' then
+        redis.call('APPEND', dkey, token .. ' ')  -- the state the lines follow
+        redis.call('EXPIRE', dkey, ttl)
+      end
+      redis.call('APPEND', dkey, data)
     else
       refused[#refused + 1] = i
       written = false
@@ -426,8 +432,13 @@ def _state(raw: bytes | None, deltas: bytes | None = None) -> tuple[str | None, 
     if not raw:
         return None, None
     token, _, body = raw.partition(b" ") if not raw.startswith(b"{") else (b"", b"", raw)
+    lines = b""
+    if deltas:
+        follows, _, lines = deltas.partition(b" ")
+        if follows != token:  # lines after another state (one an older release's replica wrote whole)
+            lines, token = b"", b""  # not applied, and no token: the holder writes its whole state
     try:
-        data = decode_with_deltas(body, deltas)  # the compact form (domain/track.py) or JSON
+        data = decode_with_deltas(body, lines)  # the compact form (domain/track.py) or JSON
     except ValueError:
         return None, None
     return (f"{token.decode('ascii', 'replace')}+{len(deltas or b'')}" if token else None), data
