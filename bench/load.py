@@ -129,6 +129,23 @@ def machine() -> dict:
             "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3]}
 
 
+def code() -> dict:
+    """The relaunch code measured: the checkout the detector's package is imported from (PYTHONPATH may
+    point at another one, as for a run of an earlier commit beside this one) and its commit."""
+    import relaunch.detector
+
+    here = Path(relaunch.detector.__file__).resolve()
+    root = next((p for p in here.parents if (p / ".git").exists()), here.parent)
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"checkout": str(root), "commit": commit, "uncommitted_changes": dirty}
+
+
 class CpuMeter:
     """CPU used per process (in cores) between two readings, and by the whole machine."""
 
@@ -193,7 +210,8 @@ class LoadRun:
         self.nats_opts = loadgen.nats_options(self.run_dir)
         self.jobs = loadgen.make_jobs(args.jobs, self.nonce)
         self.failed = self.jobs[: args.failures]
-        self.result: dict = {"machine": machine(), "args": vars(args), "nonce": self.nonce, "phases": {}}
+        self.result: dict = {"machine": machine(), "code": code(), "args": vars(args), "nonce": self.nonce,
+                             "phases": {}}
         self.procs: dict[str, subprocess.Popen] = {}
         self.advice_at: dict[str, float] = {}
         self.anomaly_at: dict[str, float] = {}
@@ -603,6 +621,12 @@ class LoadRun:
                     proc.kill()
 
 
+def _code_line(code: dict) -> str:
+    commit = code.get("commit") or "unknown commit"
+    changed = " with uncommitted changes" if code.get("uncommitted_changes") else ""
+    return f"{commit}{changed} ({code.get('checkout', '?')})"
+
+
 def _shares(shares: dict) -> str:
     return ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) or "not measured"
 
@@ -635,6 +659,7 @@ def markdown(result: dict) -> str:
         "(the CPU columns show who used what; `others` is everything else on the machine). " +
         ("The bare consumer ran in every phase." if result["args"].get("bare_during_load") else
          "The bare consumer ran only in the drain phase (paused before)."), "",
+        f"Code: {_code_line(result.get('code') or {})}.", "",
         "| target | measured | |", "|---|---|---|",
         f"| ingest keeps up at {s['offered_per_s']:.0f} msgs/s offered | stored {s['stored_per_s']}/s, detector "
         f"{s['detector_per_s']}/s, pending at end {s['detector_pending_end']}, growth "
