@@ -98,35 +98,45 @@ async def _redis_cpu(raw) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def tracker_worker(args: argparse.Namespace) -> dict:
-    """The detector's handler alone: every job's windows filled (--warm reports), then --msgs reports fed
-    to ProgressTracker.on_progress_batch and ProgressHistory.on_reports in batches of 512, made first."""
-    from redis import asyncio as aioredis
+async def _detector_handler(bus, redis_url: str, cluster: str, args: argparse.Namespace):
+    """The detector's progress handler as detector/main.py wires it (HotState, ProgressTracker,
+    ProgressHistory), with every job of the run tracked on attempt 1; the GC as the service sets it."""
+    import gc
 
-    from relaunch.common.connection import Bus
-    from relaunch.common.outcomes import Delivery
-    from relaunch.common.schemas import ProgressReported
     from relaunch.detector.adapters.hotstate import HotState
     from relaunch.detector.adapters.progress_store import ProgressStore
     from relaunch.detector.domain import hangs, stragglers
     from relaunch.detector.main import GC_THRESHOLDS
     from relaunch.detector.progress_history import ProgressHistory
     from relaunch.detector.tracking import ProgressTracker
-    import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    env = load_env(Path(args.run_dir).resolve())
-    cluster, redis_url = env.get("RELAUNCH_CLUSTER", "local"), env["RELAUNCH_REDIS_URL"]
-    raw = aioredis.from_url(redis_url)
-    await raw.flushdb()
-    bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "detector")  # (anomalies would leave through it)
     state = HotState(redis_url)
     jobs = [str(args.first_job + i) for i in range(args.jobs)]
     for job in jobs:
         await state.track(cluster, job, {"attempt": "1", "progress_seen": "1", "options": ""})
     tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(floor_s=600.0), stragglers.StragglerPolicy(),
                               cache_jobs=max(20_000, args.jobs))
-    history = ProgressHistory(ProgressStore(redis_url), cluster)
+    return jobs, state, tracker, ProgressHistory(ProgressStore(redis_url), cluster)
+
+
+async def tracker_worker(args: argparse.Namespace) -> dict:
+    """The detector's handler alone: every job's windows filled (--warm reports), then --msgs reports fed
+    to ProgressTracker.on_progress_batch and ProgressHistory.on_reports in batches of 512, made first."""
+    from redis import asyncio as aioredis
+
+    import gc
+
+    from relaunch.common.connection import Bus
+    from relaunch.common.outcomes import Delivery
+    from relaunch.common.schemas import ProgressReported
+
+    env = load_env(Path(args.run_dir).resolve())
+    cluster, redis_url = env.get("RELAUNCH_CLUSTER", "local"), env["RELAUNCH_REDIS_URL"]
+    raw = aioredis.from_url(redis_url)
+    await raw.flushdb()
+    bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "detector")  # (anomalies would leave through it)
+    jobs, state, tracker, history = await _detector_handler(bus, redis_url, cluster, args)
     base, delivery = time.time() - 3600, Delivery("bench", 1, 1)
 
     def reports(step: int) -> list:
@@ -167,15 +177,8 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     from relaunch.common import consumers
     from relaunch.common.connection import Bus
     from relaunch.common.ingest import consume_batch
-    from relaunch.detector.adapters.hotstate import HotState
-    from relaunch.detector.adapters.progress_store import ProgressStore
-    from relaunch.detector.domain import hangs, stragglers
-    from relaunch.detector.main import GC_THRESHOLDS
-    from relaunch.detector.progress_history import ProgressHistory
-    from relaunch.detector.tracking import ProgressTracker
     import gc
 
-    gc.set_threshold(*GC_THRESHOLDS)
     run = Path(args.run_dir).resolve()
     env = load_env(run)
     cluster, redis_url = env.get("RELAUNCH_CLUSTER", "local"), env["RELAUNCH_REDIS_URL"]
@@ -185,13 +188,7 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     raw = aioredis.from_url(redis_url)
     await raw.flushdb()
     bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "detector")
-    state = HotState(redis_url)
-    jobs = [str(args.first_job + i) for i in range(args.jobs)]
-    for job in jobs:
-        await state.track(cluster, job, {"attempt": "1", "progress_seen": "1", "options": ""})
-    tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(floor_s=600.0), stragglers.StragglerPolicy(),
-                              cache_jobs=max(20_000, args.jobs))
-    history = ProgressHistory(ProgressStore(redis_url), cluster)
+    jobs, state, tracker, history = await _detector_handler(bus, redis_url, cluster, args)
     handled = 0
     done = asyncio.Event()
     target = 0

@@ -466,8 +466,7 @@ async def test_plain_reports_are_stored_as_lines_after_the_state_the_replica_hol
         async def then_the_other_replica_writes(c, job_ids, held=None):
             out = await real(c, job_ids, held)
             if c == cluster:  # between this replica's read and its save
-                await other.save_progress(cluster, "1", await other.raw.get(key) and
-                                          (await other.raw.get(key)).partition(b" ")[2], 1.0)
+                await other.save_progress(cluster, "1", (await other.raw.get(key)).partition(b" ")[2], 1.0)
             return out
 
         real_save = state.save_progress_many

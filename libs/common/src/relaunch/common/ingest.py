@@ -159,13 +159,15 @@ class BatchPuller:
         self._want = 1
         self._woken = asyncio.Event()
         self._sub = None
+        self._handoff = False
         self.problem: str | None = None
         """The last status other than 404/408/100 (a deleted consumer, too many waiting requests...)."""
 
     async def start(self) -> BatchPuller:
         self.inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(self.inbox, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        if isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
+        self._handoff = isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue)
+        if self._handoff:
             # nats-py's reader puts each message in the subscription's queue, for a task that awaits the
             # callback (a queue get, a task wake-up and a coroutine per message: a twentieth of the
             # detector's progress ingest). Put in the list directly instead, as the reader parses them.
@@ -203,7 +205,7 @@ class BatchPuller:
 
     def _take(self, batch: int) -> list[Msg]:
         msgs, self._buffer = self._buffer[:batch], self._buffer[batch:]
-        if self._sub is not None:
+        if self._handoff and self._sub is not None:
             self._sub._pending_size = 0  # (nats-py counts what it put in the queue; nothing waits there)
         return msgs
 

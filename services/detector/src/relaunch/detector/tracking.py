@@ -25,7 +25,7 @@ from relaunch.common.lanes import KeyedLanes
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
-from .adapters.hotstate import HELD, HotState, parse_nodes
+from .adapters.hotstate import HELD, HotState, lines_length, parse_nodes
 from .anomalies import AnomalyPublisher
 from .adapters.statecache import StateCache
 from .domain import hangs, lost_nodes, stragglers
@@ -204,7 +204,7 @@ class ProgressTracker:
             if live is None:
                 continue
             deadline, first = live.deadline(hang_policy), not info.get("progress_seen")
-            if lines and (added := b"".join(lines)) and int(after.rpartition("+")[2]) + len(added) <= LINES_MAX:
+            if lines and (added := b"".join(lines)) and lines_length(after) + len(added) <= LINES_MAX:
                 saves.append((job_id, added, deadline, first, after))
             else:
                 saves.append((job_id, live.encode(), deadline, first, None))

@@ -243,10 +243,10 @@ class HotState:
                 size = len(prefix) + len(data)
                 parts += (prefix, data)
             else:
-                token, _, length = after.partition("+")
+                token, length = after.partition("+")[0], lines_length(after)
                 size = len(data)
                 # (the first lines after a state go behind its token: the script writes it)
-                tokens.append(f"{token}+{int(length) + size + (0 if int(length) else len(token) + 1)}")
+                tokens.append(f"{token}+{length + size + (0 if length else len(token) + 1)}")
                 parts.append(data)
             heads.append(f"{job_id} {'-' if deadline is None else repr(deadline)} {'1' if first else '0'} "
                          f"{size} {after or '-'}")
@@ -423,6 +423,11 @@ for i, job in ipairs(jobs) do
 end
 return refused
 """
+
+
+def lines_length(token: str) -> int:
+    """The length of the report lines after the state a holder's token names (save_progress_many's)."""
+    return int(token.rpartition("+")[2])
 
 
 def _state(raw: bytes | None, deltas: bytes | None = None) -> tuple[str | None, dict | None]:
