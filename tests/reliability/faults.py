@@ -99,6 +99,9 @@ class JobOutcome:
     advice: int
     converged: int
     advice_in_stream: bool
+    explained: dict[str, list[str]] = field(default_factory=dict)
+    """Only for a job that did not recover exactly once or lost something: its audit trail and its attempts
+    in accounting (explain)."""
 
     @property
     def recovered(self) -> bool:
@@ -182,6 +185,42 @@ async def outcomes(env: dict, job_ids: list[str]) -> list[JobOutcome]:
     return result
 
 
+async def audit_trail(dsn: str, cluster: str, job_id: str) -> list[str]:
+    """The job's audit entries from the ledger, oldest first: `time service action: detail`."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT at, service, action, detail FROM audit WHERE cluster=$1 AND job_id=$2 "
+                                "ORDER BY at, id", cluster, job_id)
+    finally:
+        await conn.close()
+    return [f"{r['at'].isoformat(timespec='milliseconds')} {r['service']} {r['action']}: {r['detail'][:200]}"
+            for r in rows]
+
+
+def attempts_in_accounting(job_id: str) -> list[str]:
+    """Every attempt of the job as accounting has it (sacct --duplicates): state, exit code, times, nodes."""
+    out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", job_id,
+                          "--format=JobIDRaw,State,ExitCode,Submit,Start,End,NodeList"],
+                         capture_output=True, text=True, timeout=30)
+    return out.stdout.strip().splitlines() if out.returncode == 0 else [f"sacct failed: {out.stderr.strip()}"]
+
+
+async def explain(env: dict, seen: list[JobOutcome]) -> None:
+    """Fill `explained` of each job that did not recover exactly once or lost something (its audit trail
+    and its attempts in accounting), so that a failure says which service restarted it again, or whether
+    Slurm did."""
+    for o in seen:
+        if o.recovered and o.exactly_once and o.anomalies > 0 and o.advice_in_stream:
+            continue
+        try:
+            trail = await audit_trail(env["RELAUNCH_DATABASE_URL"], env["RELAUNCH_CLUSTER"], o.job_id)
+        except Exception as exc:  # noqa: BLE001  (an explanation must not hide the failure it explains)
+            trail = [f"ledger unreadable: {exc!r}"]
+        o.explained = {"audit": trail, "attempts": attempts_in_accounting(o.job_id)}
+
+
 async def wait_converged(env: dict, job_ids: list[str], timeout: float) -> list[JobOutcome]:
     """Poll until every job completed with a converged Advice (or the timeout); returns the last view."""
     import asyncio
@@ -205,6 +244,7 @@ async def wait_converged(env: dict, job_ids: list[str], timeout: float) -> list[
             await asyncio.sleep(1)
             continue
         if all(o.recovered for o in seen) or time.monotonic() > end:
+            await explain(env, seen)
             return seen
         await asyncio.sleep(1)
 
@@ -257,8 +297,11 @@ class Result:
     def assert_clean(self) -> None:
         bad = [d for d in self.jobs_detail if not (d["recovered"] and d["exactly_once"])
                or d["anomalies"] == 0 or not d["advice_in_stream"]]
+        why = "".join(f"\n  job {d['job_id']} {part}:\n    " + "\n    ".join(lines)
+                      for d in bad for part, lines in d.get("explained", {}).items())
+        bad = [{k: v for k, v in d.items() if k != "explained"} for d in bad]
         assert self.clean, f"{self.fault}: {self.recoveries}/{self.jobs} recovered, {self.exactly_once} exactly " \
-                           f"once, lost advice {self.lost_advice}, lost anomalies {self.lost_anomalies}: {bad}"
+                           f"once, lost advice {self.lost_advice}, lost anomalies {self.lost_anomalies}: {bad}{why}"
 
 
 def _cell(r: dict | None) -> str:
