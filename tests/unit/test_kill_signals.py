@@ -26,7 +26,8 @@ def _classify(text: str):
     return classify_stream(io.BytesIO(text.encode()), SCANNER)
 
 
-@pytest.mark.parametrize("case", ["ddp_rank_sigkill", "ddp_worker_killed", "lightning_worker_killed"])
+@pytest.mark.parametrize("case", ["ddp_rank_sigkill", "ddp_worker_killed", "ddp_worker_killed_mid_batch",
+                                  "lightning_worker_killed"])
 def test_a_real_kill_without_an_oom_line_is_restarted(case):
     path = FIXTURES / f"{case}.log"
     if not path.exists():
@@ -77,3 +78,47 @@ def test_evidence_is_one_readable_line_not_a_blob_of_bar_redraws():
                       + "\n")
     assert found.signature_id == "dataloader_worker_bus_error"
     assert all(len(e.text) <= EVIDENCE_CHARS and "%|" not in e.text for e in found.evidence)
+
+
+# A batch's shared memory fetched from a DataLoader worker (torch 2.13 and Python 3.11 as printed in
+# tests/fixtures/frameworks/ddp_worker_killed_mid_batch.log, paths shortened).
+HANDOVER = [
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1291, in _try_get_data',
+    "[rank1]:     data = self._data_queue.get(timeout=timeout)",
+    '[rank1]:   File "/venv/lib/python3.11/site-packages/torch/multiprocessing/reductions.py", line 538, in '
+    "rebuild_storage_fd",
+    "[rank1]:     fd = df.detach()",
+    '[rank1]:   File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 57, in detach',
+]
+PEER_GONE = ("[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+             "peer [127.0.0.1]:29421. This is typically caused by a remote worker crashing.")
+
+
+def test_a_worker_killed_while_handing_a_batch_over_is_told_from_a_lost_network_peer():
+    """The real run: PyTorch had not reaped the killed worker yet, so it printed the raw connection
+    error, and the other rank's gloo error followed; both alone read as a network fault."""
+    with open(FIXTURES / "ddp_worker_killed_mid_batch.log", "rb") as stream:
+        found = classify_stream(stream, SCANNER)
+    assert (found.signature_id, found.category, found.action, found.ranks) == (
+        "dataloader_worker_killed_mid_batch", "dataloader_error", "restart", (1,))
+
+
+@pytest.mark.parametrize("end", [
+    "[rank1]: ConnectionResetError: [Errno 104] Connection reset by peer",
+    "[rank1]: ConnectionRefusedError: [Errno 111] Connection refused",
+])
+def test_a_cut_handover_beats_the_peers_connection_errors_and_loses_to_an_oom_line(end):
+    alone = _classify("\n".join([*HANDOVER, end, PEER_GONE]) + "\n")
+    assert (alone.signature_id, alone.action) == ("dataloader_worker_killed_mid_batch", "restart")
+    found = _classify("\n".join([*HANDOVER, end, PEER_GONE, OOM]) + "\n")
+    assert (found.signature_id, found.fault_domain, found.action) == ("host_oom_kill", "resource", "stop")
+
+
+@pytest.mark.parametrize("end", [
+    "[rank1]: RuntimeError: received 0 items of ancdata",
+    "[rank1]: OSError: [Errno 24] Too many open files",
+])
+def test_file_descriptors_that_ran_out_in_the_same_handover_stay_a_resource_fault(end):
+    found = _classify("\n".join([*HANDOVER, end]) + "\n")
+    assert (found.signature_id, found.fault_domain, found.action) == ("shm_exhausted", "resource", "stop")
