@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))  # slurmjobs: sbatch, job_fields, stack (no __init__.py)
 
-from slurmjobs import job_fields, sbatch, stack  # noqa: E402
+from slurmjobs import job_fields, ledger, sbatch, stack  # noqa: E402
 
 RESULTS_ROOT = REPO / "test-artifacts" / "reliability"
 SLURM = os.environ.get("RELAUNCH_TEST_SLURM") or "22.05"
@@ -111,6 +111,11 @@ class JobOutcome:
     def exactly_once(self) -> bool:
         return self.restarts == 1 and self.advice == 1
 
+    @property
+    def clean(self) -> bool:
+        """Recovered exactly once, with its anomaly in the ledger and its Advice in the stream."""
+        return self.recovered and self.exactly_once and self.anomalies > 0 and self.advice_in_stream
+
 
 async def ledger_counts(dsn: str, cluster: str, job_ids: list[str]) -> dict[str, dict[str, int]]:
     """Per job: anomalies of attempt 0, Advice rows, converged Advice rows (straight from Postgres)."""
@@ -185,20 +190,6 @@ async def outcomes(env: dict, job_ids: list[str]) -> list[JobOutcome]:
     return result
 
 
-async def audit_trail(dsn: str, cluster: str, job_id: str) -> list[str]:
-    """The job's audit entries from the ledger, oldest first: `time service action: detail`."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch("SELECT at, service, action, detail FROM audit WHERE cluster=$1 AND job_id=$2 "
-                                "ORDER BY at, id", cluster, job_id)
-    finally:
-        await conn.close()
-    return [f"{r['at'].isoformat(timespec='milliseconds')} {r['service']} {r['action']}: {r['detail'][:200]}"
-            for r in rows]
-
-
 def attempts_in_accounting(job_id: str) -> list[str]:
     """Every attempt of the job as accounting has it (sacct --duplicates): state, exit code, times, nodes."""
     out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", job_id,
@@ -207,15 +198,15 @@ def attempts_in_accounting(job_id: str) -> list[str]:
     return out.stdout.strip().splitlines() if out.returncode == 0 else [f"sacct failed: {out.stderr.strip()}"]
 
 
-async def explain(env: dict, seen: list[JobOutcome]) -> None:
-    """Fill `explained` of each job that did not recover exactly once or lost something (its audit trail
-    and its attempts in accounting), so that a failure says which service restarted it again, or whether
-    Slurm did."""
+def explain(seen: list[JobOutcome]) -> None:
+    """Fill `explained` of each job that is not clean (its audit trail, from `relaunch jobs show`, and its
+    attempts in accounting), so that a failure says which service restarted it again, or whether Slurm did."""
     for o in seen:
-        if o.recovered and o.exactly_once and o.anomalies > 0 and o.advice_in_stream:
+        if o.clean:
             continue
         try:
-            trail = await audit_trail(env["RELAUNCH_DATABASE_URL"], env["RELAUNCH_CLUSTER"], o.job_id)
+            trail = [f"{a['at'][11:23]} {a['service']} {a['action']}: {a['detail'][:200]}"
+                     for a in ledger(o.job_id).get("audit", [])]
         except Exception as exc:  # noqa: BLE001  (an explanation must not hide the failure it explains)
             trail = [f"ledger unreadable: {exc!r}"]
         o.explained = {"audit": trail, "attempts": attempts_in_accounting(o.job_id)}
@@ -244,7 +235,7 @@ async def wait_converged(env: dict, job_ids: list[str], timeout: float) -> list[
             await asyncio.sleep(1)
             continue
         if all(o.recovered for o in seen) or time.monotonic() > end:
-            await explain(env, seen)
+            explain(seen)
             return seen
         await asyncio.sleep(1)
 
@@ -280,7 +271,8 @@ class Result:
         self.exactly_once += sum(o.exactly_once for o in seen)
         self.lost_anomalies += sum(o.anomalies == 0 for o in seen)
         self.lost_advice += sum(o.anomalies > 0 and (o.advice == 0 or not o.advice_in_stream) for o in seen)
-        self.jobs_detail += [{**asdict(o), "recovered": o.recovered, "exactly_once": o.exactly_once} for o in seen]
+        self.jobs_detail += [{**asdict(o), "recovered": o.recovered, "exactly_once": o.exactly_once, "clean": o.clean}
+                             for o in seen]
 
     @property
     def clean(self) -> bool:
@@ -295,11 +287,10 @@ class Result:
         return path
 
     def assert_clean(self) -> None:
-        bad = [d for d in self.jobs_detail if not (d["recovered"] and d["exactly_once"])
-               or d["anomalies"] == 0 or not d["advice_in_stream"]]
+        bad = [d for d in self.jobs_detail if not d["clean"]]
         why = "".join(f"\n  job {d['job_id']} {part}:\n    " + "\n    ".join(lines)
-                      for d in bad for part, lines in d.get("explained", {}).items())
-        bad = [{k: v for k, v in d.items() if k != "explained"} for d in bad]
+                      for d in bad for part, lines in d["explained"].items())
+        bad = [{k: v for k, v in d.items() if k not in ("explained", "clean")} for d in bad]
         assert self.clean, f"{self.fault}: {self.recoveries}/{self.jobs} recovered, {self.exactly_once} exactly " \
                            f"once, lost advice {self.lost_advice}, lost anomalies {self.lost_anomalies}: {bad}{why}"
 
