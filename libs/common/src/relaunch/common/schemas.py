@@ -66,6 +66,11 @@ class JobObserved(Message):
                           "one); with cluster and job_id it names a job (a reused job id is a new job)")
     partition_nodes: int | None = Field(
         None, ge=0, description="nodes of the job's partition that can run jobs now (not down, drained or failed)")
+    user_id: int | None = Field(
+        None, ge=0, description="the job's owner (Slurm's user_id): the detector reads the job's output only where this "
+                                "user could read it (docs/security.md); None: not known, and then nothing is read")
+    group_id: int | None = Field(None, ge=0, description="the job's primary group (Slurm's group_id)")
+    work_dir: str = Field("", description="the job's working directory as Slurm recorded it ('' when not known)")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -103,6 +108,10 @@ class ProgressReported(Message):
     grad_norm: float | None = Field(None, description="the gradient norm at this step (NaN and infinity allowed)")
     loss_scale: float | None = Field(None, ge=0, description="the fp16 dynamic loss scale")
     skipped: bool | None = Field(None, description="the optimizer skipped this step (fp16 overflow)")
+    key: str | None = Field(
+        None, max_length=64, description="the reporting process's key, printed once by relaunch.client in the job's own "
+                                         "log ('relaunch: progress key <key>'): a report is bound to its job only "
+                                         "when the detector has read that line in the job's log (docs/security.md)")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, ser_json_inf_nan="strings")
 
