@@ -39,3 +39,50 @@ def test_jobs_show_prints_the_advice_reason_and_each_fault_once(monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"evidence node3 (0.90): {reason}" in result.output
     assert result.output.count("XID 79") == 2  # once in the reason, once as evidence
+
+
+HOSTILE = "[bold red]x[/]\x1b]0;PWNED\x07\x1b[2J"
+"""A job name that retitles the terminal, clears it, and would be rich markup if read as such."""
+
+
+def hostile_job() -> dict:
+    evidence = [{"path": f"/jobs/{HOSTILE}.out", "offset": 7, "text": f"boom {HOSTILE}\r\x1b[2K"}]
+    return {**JOB, "job": {**JOB["job"], "name": HOSTILE, "verdict_reason": HOSTILE, "comment": HOSTILE},
+            "attempts": [{"index": 0, "state": "FAILED", "nodes": ["node1"], "exit_code": 1}],
+            "anomalies": [{"attempt": 0, "category": "crash", "fault_domain": "application", "action": "stop",
+                           "summary": HOSTILE, "evidence": evidence}],
+            "audit": [{**JOB["audit"][0], "detail": HOSTILE}]}
+
+
+def test_jobs_show_prints_a_jobs_text_escaped_and_never_as_markup(monkeypatch):
+    from rich.console import Console
+
+    monkeypatch.setattr(cli, "_get", lambda path: hostile_job())
+    monkeypatch.setattr(cli, "console", Console(width=400))  # no wrapping inside the strings compared
+    result = CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout_bytes
+    assert b"\x1b" not in out and b"\x07" not in out and b"\r" not in out
+    shown = r"[bold red]x[/]\x1b]0;PWNED\x07\x1b[2J".encode()
+    assert out.count(shown) == 6, out  # name, why, anomaly summary, evidence path and line, audit detail
+
+
+def test_on_a_terminal_only_relaunchs_own_styles_are_escape_sequences(monkeypatch):
+    from rich.console import Console
+
+    monkeypatch.setattr(cli, "_get", lambda path: hostile_job())
+    monkeypatch.setattr(cli, "console", Console(force_terminal=True, width=300, color_system="standard"))
+    out = CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"]).stdout_bytes
+    assert b"\x1b]" not in out and b"\x07" not in out and b"\x1b[2J" not in out
+    assert b"\x1b[1;31m" not in out, "the job's [bold red] was not turned into a style"
+    assert b"[bold red]x[/]" in out
+
+
+def test_jobs_list_cells_are_text_not_markup(monkeypatch):
+    rows = {"jobs": [{**JOB["job"], "name": HOSTILE, "verdict_reason": HOSTILE, "attempt_count": 1}]}
+    monkeypatch.setattr(cli, "_get", lambda path, params=None: rows)
+    from rich.console import Console
+
+    monkeypatch.setattr(cli, "console", Console(width=400))
+    out = CliRunner().invoke(cli.app, ["jobs"]).stdout_bytes
+    assert b"\x1b" not in out and b"\x07" not in out and b"[bold red]x[/]" in out

@@ -94,15 +94,16 @@ def anomaly_json(found) -> dict | None:
 
 
 def print_classification(name: str, found) -> None:
-    """Log text is untrusted: everything taken from it is escaped for rich's markup."""
+    """Log text is untrusted: everything taken from it is shown (control characters escaped, no markup)."""
     from rich.console import Console
-    from rich.markup import escape
+
+    from .terminal import shown
 
     console = Console()
     if found is None:
-        console.print(f"[bold]{escape(name)}[/bold]: [green]no failure found[/green]", soft_wrap=True)
+        console.print(f"[bold]{shown(name)}[/bold]: [green]no failure found[/green]", soft_wrap=True)
         return
-    console.print(f"[bold]{escape(name)}[/bold]: [red]{escape(found.category)}[/red] — {escape(found.summary)}",
+    console.print(f"[bold]{shown(name)}[/bold]: [red]{shown(found.category)}[/red] — {shown(found.summary)}",
                   soft_wrap=True)
     console.print(f"  fault domain {found.fault_domain}, action {found.action}, signature {found.signature_id}"
                   f"{' (only a symptom: nothing better explains it)' if found.cascade else ''}", soft_wrap=True)
@@ -110,10 +111,10 @@ def print_classification(name: str, found) -> None:
     if found.nodes:
         where.append("nodes " + ", ".join(found.nodes))
     if found.ranks:
-        shown = ", ".join(map(str, found.ranks[:16])) + (" …" if len(found.ranks) > 16 else "")
-        where.append(f"ranks {shown}")
+        ranks = ", ".join(map(str, found.ranks[:16])) + (" …" if len(found.ranks) > 16 else "")
+        where.append(f"ranks {ranks}")
     if where:
-        console.print("  " + escape("; ".join(where)), soft_wrap=True)
+        console.print("  " + shown("; ".join(where)), soft_wrap=True)
     for evidence in found.evidence:
         text = evidence.text if len(evidence.text) <= 200 else evidence.text[:200] + "…"
-        console.print(f"  [dim]line {evidence.index + 1}:[/dim] {escape(text)}", soft_wrap=True, highlight=False)
+        console.print(f"  [dim]line {evidence.index + 1}:[/dim] {shown(text)}", soft_wrap=True, highlight=False)

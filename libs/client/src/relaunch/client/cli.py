@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
@@ -23,6 +22,7 @@ from . import classify_command, inject, operator_cli
 from . import settings as client_settings
 from .events import EventStream, subscribe
 from .narration import describe, recovery_seconds
+from .terminal import shown
 
 app = typer.Typer(help="relaunch: keeps GPU training runs on Slurm moving.", no_args_is_help=True,
                   add_completion=False)
@@ -49,19 +49,32 @@ def _cluster(cluster: str | None) -> str:
     return client_settings.cluster(cluster)
 
 
+def _read_headers() -> dict[str, str]:
+    """The API's bearer token, when RELAUNCH_API_TOKEN_FILE names a readable file (.run/env sets it):
+    where the API has a token configured, it quotes a job's log lines (evidence) only to requests
+    that carry it (docs/security.md, "Who sees what"). Without one, reads work and the API says
+    where it left the excerpts out."""
+    path = os.environ.get("RELAUNCH_API_TOKEN_FILE", "")
+    try:
+        token = Path(path).read_text().strip() if path else ""
+    except OSError:
+        token = ""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def _get(path: str, params: dict | None = None) -> dict:
     url = _api() + path
     try:
-        resp = httpx.get(url, params=params, timeout=10)
+        resp = httpx.get(url, params=params, timeout=10, headers=_read_headers())
     except httpx.HTTPError as exc:
-        err.print(f"[red]cannot reach the relaunch API at {_api()}[/red]: {exc}\n"
+        err.print(f"[red]cannot reach the relaunch API at {shown(_api())}[/red]: {shown(exc)}\n"
                   "Is the stack up (make up) and RELAUNCH_API_URL set (source .run/env)?")
         raise typer.Exit(EXIT_UNREACHABLE) from exc
     if resp.status_code == 404:
-        err.print(f"[yellow]{resp.json().get('detail', 'not found')}[/yellow]")
+        err.print(f"[yellow]{shown(resp.json().get('detail', 'not found'))}[/yellow]")
         raise typer.Exit(EXIT_NOT_FOUND)
     if resp.status_code >= 400:
-        err.print(f"[red]the API answered {resp.status_code}[/red]: {resp.text[:2000]}")
+        err.print(f"[red]the API answered {resp.status_code}[/red]: {shown(resp.text[:2000])}")
         raise typer.Exit(EXIT_UNREACHABLE if resp.status_code >= 500 else EXIT_USAGE)
     return resp.json()
 
@@ -78,8 +91,9 @@ def jobs(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this c
         return
     table = Table("cluster", "job", "name", "state", "attempts", "verdict", "why")
     for job in data["jobs"]:
-        table.add_row(job["cluster"], job["job_id"], job["name"], job["state"], str(job["attempt_count"]),
-                      job["verdict"], job["verdict_reason"][:80])
+        # Every cell is text from the ledger: shown (no markup, control characters escaped).
+        table.add_row(shown(job["cluster"]), shown(job["job_id"]), shown(job["name"]), shown(job["state"]),
+                      str(job["attempt_count"]), shown(job["verdict"]), shown(job["verdict_reason"][:80]))
     console.print(table)
 
 
@@ -92,37 +106,52 @@ def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name 
     if as_json:
         print(json.dumps(data, indent=2))
         return
+    _print_job(data)
+
+
+def _print_job(data: dict) -> None:
+    """The text form of `relaunch jobs show`. Everything in `data` comes from a job or the ledger and
+    is untrusted (names, comments, log lines, paths, reasons): each value goes through `shown`, so
+    no escape sequence reaches the terminal and no bracket is read as markup."""
     job = data["job"]
-    console.print(f"[bold]job {job['job_id']}[/bold] on {job['cluster']}: {job['name']}  state={job['state']}  "
-                  f"verdict={job['verdict']}")
+    console.print(f"[bold]job {shown(job['job_id'])}[/bold] on {shown(job['cluster'])}: {shown(job['name'])}  "
+                  f"state={shown(job['state'])}  verdict={shown(job['verdict'])}", highlight=False)
     if job["verdict_reason"]:
-        console.print(f"  why: {job['verdict_reason']}")
+        console.print(f"  why: {shown(job['verdict_reason'])}", highlight=False)
     for a in data["attempts"]:
-        exit_note = "" if a["exit_code"] is None else f" exit {a['exit_code']}"
-        console.print(f"  attempt {a['index']}: {a['state']} on {','.join(a['nodes']) or '-'}{exit_note}")
+        exit_note = "" if a["exit_code"] is None else f" exit {shown(a['exit_code'])}"
+        console.print(f"  attempt {shown(a['index'])}: {shown(a['state'])} on {shown(','.join(a['nodes']) or '-')}"
+                      f"{exit_note}", highlight=False)
     for an in data["anomalies"]:
-        console.print(f"  anomaly (attempt {an['attempt']}): {an['category']} ({an['fault_domain']} fault, action {an['action']}): {an['summary']}")
+        console.print(f"  anomaly (attempt {shown(an['attempt'])}): {shown(an['category'])} "
+                      f"({shown(an['fault_domain'])} fault, action {shown(an['action'])}): {shown(an['summary'])}",
+                      highlight=False)
+        if an.get("evidence_withheld"):
+            console.print(f"      (evidence withheld: {shown(an['evidence_withheld'])})", highlight=False)
         for ev in an["evidence"]:
-            console.print(f"      {ev['path']}@{ev['offset']}: {ev['text'][:160]}")
+            console.print(f"      {shown(ev['path'])}@{shown(ev['offset'])}: {shown(ev['text'][:160])}",
+                          highlight=False)
     for ad in data["advice"]:
-        console.print(f"  advice gen {ad['generation']}: {ad['operation']} exclude={ad['exclude_nodes'] or '-'} "
-                      f"→ {ad['status']} {ad['status_reason']}")
+        console.print(f"  advice gen {shown(ad['generation'])}: {shown(ad['operation'])} "
+                      f"exclude={shown(ad['exclude_nodes'] or '-')} → {shown(ad['status'])} "
+                      f"{shown(ad['status_reason'])}", highlight=False)
         if ad.get("reason"):
-            console.print(f"      why: {ad['reason']}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"      why: {shown(ad['reason'])}", highlight=False, soft_wrap=True)
         # The API says each fault once ("..., seen 6x 05:45:34-05:46:24": relaunch.common.repeats).
         for suspect in (ad.get("evidence") or {}).get("suspects", []):
             for reason in suspect["reasons"] or ["(no reason recorded)"]:
-                console.print(f"      evidence {suspect['node']} ({suspect['confidence']:.2f}): {reason}",
-                              markup=False, highlight=False, soft_wrap=True)
+                console.print(f"      evidence {shown(suspect['node'])} ({suspect['confidence']:.2f}): {shown(reason)}",
+                              highlight=False, soft_wrap=True)
         for step in ad.get("reconcile", []):
-            console.print(f"      {step['at'][11:23]} {step['status']:<9} {step['step'] or step['reason']}")
+            console.print(f"      {shown(step['at'][11:23])} {shown(step['status']):<9} "
+                          f"{shown(step['step'] or step['reason'])}", highlight=False)
     if data.get("audit"):
         # Every service's entries, in order; in observe mode these include the Slurm commands the
-        # actuator would have run. Not markup: details hold brackets (node lists, argv).
+        # actuator would have run (details hold brackets: node lists, argv; shown keeps them literal).
         console.print("  audit:")
         for entry in data["audit"]:
-            console.print(f"      {entry['at'][11:23]} {entry['service']:<9} {entry['action']}: {entry['detail']}",
-                          markup=False, highlight=False)
+            console.print(f"      {shown(entry['at'][11:23])} {shown(entry['service']):<9} {shown(entry['action'])}: "
+                          f"{shown(entry['detail'])}", highlight=False)
 
 
 @policy_app.command("check")
@@ -148,7 +177,7 @@ def policy_check(comment: str,
     try:
         policies = load_policies(policy_file)
     except PolicyFileError as exc:
-        err.print(f"[red]cannot use the policy file[/red]: {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[red]cannot use the policy file[/red]: {shown(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from exc
     policy = resolve(optin, policies)
     errors, effective, source = list(policy.option_errors), policy.as_dict(), policies.source
@@ -158,10 +187,10 @@ def policy_check(comment: str,
                           "policy_file": source, "effective": effective}))
     else:
         for error in errors:
-            console.print(f"[red]error[/red]: {escape(error)}", soft_wrap=True, highlight=False)
+            console.print(f"[red]error[/red]: {shown(error)}", soft_wrap=True, highlight=False)
         console.print(f"mode: {mode}")
-        console.print(f"policies from: {escape(source)}", soft_wrap=True)
-        console.print(f"effective policy: {escape(json.dumps(effective))}", soft_wrap=True, highlight=False)
+        console.print(f"policies from: {shown(source)}", soft_wrap=True)
+        console.print(f"effective policy: {shown(json.dumps(effective))}", soft_wrap=True, highlight=False)
     if errors:
         raise typer.Exit(EXIT_USAGE)
 
@@ -177,7 +206,8 @@ def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject fil
             if as_json:
                 print(dump(msg).decode(), flush=True)
             else:
-                console.print(f"[dim]{subj}[/dim] {type(msg).__name__} {msg.model_dump_json(exclude={'schema_'})[:300]}")
+                console.print(f"[dim]{shown(subj)}[/dim] {type(msg).__name__} "
+                              f"{shown(msg.model_dump_json(exclude={'schema_'})[:300])}", highlight=False)
 
     try:
         asyncio.run(run())
@@ -219,7 +249,7 @@ def progress(files: list[str] = typer.Argument(..., help="Log files to read; - r
                     found = summarize(name, stream)
         except OSError as exc:
             unreadable.append(name)
-            err.print(f"[red]cannot read {escape(name)}[/red]: {escape(exc.strerror or str(exc))}", soft_wrap=True)
+            err.print(f"[red]cannot read {shown(name)}[/red]: {shown(exc.strerror or str(exc))}", soft_wrap=True)
             continue
         if as_json:
             print(json.dumps(found.as_json()), flush=True)
@@ -232,9 +262,9 @@ def progress(files: list[str] = typer.Argument(..., help="Log files to read; - r
 def _print_progress(found) -> None:
     """Log text is untrusted: everything taken from it is escaped for rich's markup."""
     data = found.as_json()
-    console.print(f"[bold]{escape(found.file)}[/bold]: " + (
+    console.print(f"[bold]{shown(found.file)}[/bold]: " + (
         f"{data['steps']} step(s) ({data['first_step']} .. {data['last_step']}) in "
-        f"{escape(', '.join(data['formats']))} format" if data["steps"] else "no training step recognised"),
+        f"{shown(', '.join(data['formats']))} format" if data["steps"] else "no training step recognised"),
         soft_wrap=True)
     if data["step_time_s"] is not None:
         console.print(f"  step time {data['step_time_s']:.3g} s", soft_wrap=True)
@@ -245,10 +275,10 @@ def _print_progress(found) -> None:
     if found.loss_reports:
         console.print(f"  {found.loss_reports} loss report(s) read for divergence", soft_wrap=True)
     if found.divergence is not None:
-        console.print(f"  [red]divergence[/red] ({found.divergence.signature_id}): {escape(found.divergence.reason)}",
+        console.print(f"  [red]divergence[/red] ({found.divergence.signature_id}): {shown(found.divergence.reason)}",
                   soft_wrap=True)
     for note in found.notes:
-        console.print(f"  [yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+        console.print(f"  [yellow]note[/yellow]: {shown(note)}", soft_wrap=True)
 
 
 @app.command("demo")
@@ -288,7 +318,9 @@ def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The 
                     continue
                 line = describe(msg, states)
                 if line:
-                    console.print(f"[dim]+{time.monotonic() - t0:5.1f}s[/dim] {escape(line)}")
+                    # A narration may span lines (its evidence): each line shown on its own.
+                    text = "\n".join(shown(part) for part in line.split("\n"))
+                    console.print(f"[dim]+{time.monotonic() - t0:5.1f}s[/dim] {text}", highlight=False)
                 if getattr(msg, "state", "") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and (
                         msg.state == "COMPLETED" or msg.restarts >= 1):
                     break
@@ -312,5 +344,5 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except NotSet as exc:  # a backend URL the command needs: say which and how, no traceback
-        err.print(f"[red]error[/red]: {escape(str(exc))}", soft_wrap=True, highlight=False)
+        err.print(f"[red]error[/red]: {shown(str(exc))}", soft_wrap=True, highlight=False)
         sys.exit(EXIT_USAGE)

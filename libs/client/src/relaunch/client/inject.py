@@ -17,13 +17,13 @@ import nats.errors
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, dump
 from relaunch.common.settings import nats_servers
 
 from . import settings as client_settings
+from .terminal import shown
 
 app = typer.Typer(help="Make the fake GPU probe on a node report a fault (XID, ECC, NVLink, throttling, a lost "
                        "GPU), or clear them.", no_args_is_help=True, add_completion=False)
@@ -109,7 +109,7 @@ async def send(fault: str, node: str, *, gpu: int = 0, code: int | None = None, 
 
 def _run(fault: str, node: str, cluster: str | None, timeout: float, **kw) -> None:
     code, message = asyncio.run(send(fault, node, cluster=cluster, timeout_s=timeout, **kw))
-    (console if code == EXIT_OK else err).print(escape(message))
+    (console if code == EXIT_OK else err).print(shown(message))
     raise typer.Exit(code)
 
 

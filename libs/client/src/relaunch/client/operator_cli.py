@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from . import settings as client_settings
+from .terminal import shown
 
 EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
@@ -42,7 +42,7 @@ def _call(method: str, path: str, **kwargs) -> dict:
         with _client() as http:
             resp = http.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
-        err.print(f"[red]cannot reach the relaunch API at {escape(_api())}[/red]: {escape(str(exc))}\n"
+        err.print(f"[red]cannot reach the relaunch API at {shown(_api())}[/red]: {shown(str(exc))}\n"
                   "Is the stack up (make up) and RELAUNCH_API_URL set (source .run/env)?")
         raise typer.Exit(EXIT_UNREACHABLE) from exc
     try:
@@ -51,8 +51,8 @@ def _call(method: str, path: str, **kwargs) -> dict:
         body = {"detail": resp.text[:2000]}
     if resp.status_code < 400:
         return body
-    detail = escape(str(body.get("detail", resp.text[:2000])))
-    hint = f"\n{escape(body['hint'])}" if body.get("hint") else ""
+    detail = shown(str(body.get("detail", resp.text[:2000])))
+    hint = f"\n{shown(body['hint'])}" if body.get("hint") else ""
     err.print(f"[red]the API answered {resp.status_code}[/red]: {detail}{hint}", soft_wrap=True)
     if resp.status_code == 404:
         raise typer.Exit(EXIT_NOT_FOUND)
@@ -72,7 +72,7 @@ def _token(token_file: Path | None) -> str:
     try:
         return token_file.read_text().strip()
     except OSError as exc:
-        err.print(f"[red]cannot read the token file {escape(str(token_file))}[/red]: {escape(exc.strerror or '')}")
+        err.print(f"[red]cannot read the token file {shown(str(token_file))}[/red]: {shown(exc.strerror or '')}")
         raise typer.Exit(EXIT_USAGE) from exc
 
 
@@ -91,12 +91,12 @@ def nodes(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this 
     for n in data["nodes"]:
         colour = {"healthy": "green", "degraded": "yellow", "failed": "red"}.get(n["verdict"], "dim")
         cleared = n.get("cleared") or {}
-        table.add_row(escape(n["cluster"]), escape(n["node"]), f"[{colour}]{escape(n['verdict'])}[/{colour}]",
-                      escape("; ".join(n["reasons"]))[:80], (n["at"] or "-")[:19],
+        table.add_row(shown(n["cluster"]), shown(n["node"]), f"[{colour}]{shown(n['verdict'])}[/{colour}]",
+                      shown("; ".join(n["reasons"])[:80]), (n["at"] or "-")[:19],
                       str(sum(1 for h in n["history"] if not h.get("forgotten")) if cleared else n["history_total"]),
-                      escape(", ".join(f"{x['job_id']} (gen {x['generation']})"
+                      shown(", ".join(f"{x['job_id']} (gen {x['generation']})"
                                        for x in n["excluded_by"] if not x.get("forgotten"))) or "-",
-                      escape(f"{(cleared.get('at') or '')[:19]} {cleared.get('actor') or ''}".strip()) or "-")
+                      shown(f"{(cleared.get('at') or '')[:19]} {cleared.get('actor') or ''}".strip()) or "-")
     console.print(table)
     if not data["nodes"]:
         console.print("no node readings yet (gpu-probe publishes them)")
@@ -111,15 +111,15 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
                                               help="File holding the API's bearer token.")) -> None:
     """Record an operator override of a job's mode (needs the API's token)."""
     if mode not in ("observe", "act"):
-        err.print(f"[red]mode must be observe or act[/red], not {escape(mode)!r}")
+        err.print(f"[red]mode must be observe or act[/red], not {shown(mode)!r}")
         raise typer.Exit(EXIT_USAGE)
     token = _token(token_file)
     cluster = client_settings.cluster(cluster)
     body = {"mode": mode, "reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
     data = _call("POST", f"/v1/jobs/{cluster}/{job_id}/mode", json=body,
                  headers={"Authorization": f"Bearer {token}"})
-    console.print(f"job {escape(job_id)} on {escape(cluster)}: mode override [bold]{mode}[/bold] recorded "
-                  f"(override {data['override']['id']}). {escape(data.get('note', ''))}", soft_wrap=True)
+    console.print(f"job {shown(job_id)} on {shown(cluster)}: mode override [bold]{mode}[/bold] recorded "
+                  f"(override {data['override']['id']}). {shown(data.get('note', ''))}", soft_wrap=True)
 
 
 @nodes_app.command("clear")
@@ -136,9 +136,9 @@ def nodes_clear(node: str = typer.Argument(..., help="The node's Slurm name."),
     body = {"reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
     data = _call("POST", f"/v1/nodes/{cluster}/{node}/clear", json=body, headers={"Authorization": f"Bearer {token}"})
     found = data["clearance"]
-    console.print(f"node {escape(node)} on {escape(cluster)}: record cleared at {escape(found['at'][:19])} "
+    console.print(f"node {shown(node)} on {shown(cluster)}: record cleared at {shown(found['at'][:19])} "
                   f"(clearance {found['id']}; {found['forgotten_exclusions']} jobs' exclusions forgotten). "
-                  f"{escape(data.get('note', ''))}", soft_wrap=True)
+                  f"{shown(data.get('note', ''))}", soft_wrap=True)
 
 
 def register(app: typer.Typer, jobs_app: typer.Typer) -> None:
