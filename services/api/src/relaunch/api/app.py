@@ -20,8 +20,10 @@ from .settings import ApiSettings
 Connect = Callable[[], AbstractAsyncContextManager[Backends]]
 
 DESCRIPTION = """Read relaunch's ledger and follow its events. Reads need no credentials (serve the API on
-a trusted network or behind your proxy's authentication); endpoints that change state need
-`Authorization: Bearer <token>` with the token from the file named by RELAUNCH_API_TOKEN_FILE.
+a trusted network or behind your proxy's authentication), except the log lines quoted as evidence:
+where a token is configured, those need it too (`evidence_withheld` says where they were left out).
+Endpoints that change state need `Authorization: Bearer <token>` with the token from the file named
+by RELAUNCH_API_TOKEN_FILE.
 Errors are JSON: `{"error", "detail", "hint"?}`. See docs/api.md."""
 
 

@@ -1,4 +1,4 @@
-"""Bearer-token authentication for endpoints that change state.
+"""Bearer-token authentication: endpoints that change state, and the log excerpts quoted as evidence.
 
 The token lives in a file (ApiSettings.token_file; a mounted Secret works). It is re-read when the
 file changes, so rotating it needs no restart. With no file configured, such endpoints are off (503)
@@ -59,3 +59,29 @@ def require_token(request: Request) -> None:
     if not hmac.compare_digest(given.strip().encode(), expected.encode()):
         raise HTTPException(401, detail="the bearer token is not the one in the API's token file",
                             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+
+
+def _bearer(request: Request) -> str:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else ""
+
+
+def evidence_withheld(request: Request) -> str:
+    """Why this request may not read the log lines quoted as evidence, or "" when it may.
+
+    A job's log lines can hold what its owner would not show everyone (paths, hostnames, data
+    samples, tokens printed by mistake), while the rest of the ledger is safe to read openly. So
+    where a token is configured (RELAUNCH_API_TOKEN_FILE), the excerpts go only to requests that
+    carry it; without a token configured, reads stay open as before (docs/security.md, "Who sees
+    what"). A configured token file that cannot be read withholds them too: closed, not open."""
+    if not request.app.state.settings.token_file:
+        return ""
+    expected, problem = request.app.state.tokens.token()
+    if expected is None:
+        return f"log excerpts need the API's bearer token, and {problem}"
+    given = _bearer(request)
+    if not given:
+        return "log excerpts need the API's bearer token: send 'Authorization: Bearer <token>'"
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        return "log excerpts need the API's bearer token, and the one sent is not it"
+    return ""

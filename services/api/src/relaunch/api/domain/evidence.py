@@ -50,3 +50,36 @@ def resolve(refs: Iterable[str], anomalies: Mapping[str, Mapping[str, Any]]) -> 
         # Advice written before the decider collapsed repeated readings still reads once per fault.
         entry["reasons"] = collapse(entry["reasons"])
     return {"anomalies": found_anomalies, "suspects": list(suspects.values()), "other": other}
+
+
+def _strip(item: Mapping[str, Any], why: str) -> dict[str, Any]:
+    out = dict(item)
+    if out.get("evidence"):
+        out["evidence_withheld"] = why
+    out["evidence"] = []
+    return out
+
+
+def withhold_in_advice(items: Iterable[Mapping[str, Any]], why: str) -> list[dict[str, Any]]:
+    """Advice rows (with `evidence` from `resolve`) without the log lines of the anomalies they cite."""
+    out = []
+    for ad in items:
+        ad = dict(ad)
+        if why and isinstance(ad.get("evidence"), Mapping):
+            ad["evidence"] = {**ad["evidence"],
+                              "anomalies": [_strip(a, why) for a in ad["evidence"].get("anomalies") or []]}
+        out.append(ad)
+    return out
+
+
+def withhold_lines(detail: dict[str, Any], why: str) -> dict[str, Any]:
+    """A job's ledger view (LedgerReader.job) without the log lines its anomalies quote, when `why`
+    says they may not be read (relaunch.api.auth.evidence_withheld); unchanged when `why` is "".
+
+    Each anomaly, and each anomaly an Advice's evidence resolves to, keeps its summary, nodes and
+    category (from the signature catalogue, not the log) and loses `evidence`; `evidence_withheld`
+    says why, on the view and on each item that had lines. A copy: the ledger rows are not changed."""
+    if not why:
+        return detail
+    return {**detail, "anomalies": [_strip(a, why) for a in detail.get("anomalies") or []],
+            "advice": withhold_in_advice(detail.get("advice") or [], why), "evidence_withheld": why}

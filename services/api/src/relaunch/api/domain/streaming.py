@@ -60,11 +60,15 @@ def parse_last_event_id(value: str | None) -> int | None:
     return None
 
 
-def frame(seq: int, subject: str, data: bytes, at: dt.datetime | None) -> bytes:
+def frame(seq: int, subject: str, data: bytes, at: dt.datetime | None, withheld: str = "") -> bytes:
+    """One SSE frame. `withheld` (why this reader may not see log excerpts; "" when it may): an
+    anomaly's evidence lines are left out and `evidence_withheld` says why (docs/security.md)."""
     try:
         message: Any = json.loads(data)
     except ValueError:  # not JSON: pass it on as text rather than hide it
         message = data.decode("utf-8", "replace")
+    if withheld and isinstance(message, dict) and message.get("evidence"):
+        message = {**message, "evidence": [], "evidence_withheld": withheld}
     schema = message.get("schema") if isinstance(message, dict) else None
     body = json.dumps({"seq": seq, "subject": subject, "at": at.isoformat() if at else None, "schema": schema,
                        "message": message}, separators=(",", ":"))

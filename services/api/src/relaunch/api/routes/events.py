@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from ..adapters.events import EventsUnavailable, StreamClosed
+from ..auth import evidence_withheld
 from ..domain import streaming
 from ..metrics import EVENT_STREAMS
 
@@ -37,28 +38,43 @@ async def stream(request: Request,
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=dt.UTC)  # a time without zone is read as UTC, as the ledger stores it
     state = request.app.state
+    # The slot is taken here, before the first await: the check and the count are one step of the
+    # event loop, so concurrent opens cannot all pass the check (issue 35: counting after the
+    # subscribe's await let 200 concurrent opens through a cap of 64). Every path out gives it back.
     if state.open_streams >= state.settings.event_streams_max:
         raise HTTPException(503, detail=f"{state.open_streams} live event streams are open, the most this API "
                                         "serves (RELAUNCH_API_EVENT_STREAMS_MAX); close one or poll /v1/jobs")
-    try:
-        sub = await state.backends.events.subscribe(
-            subject, since=since, after_seq=streaming.parse_last_event_id(last_event_id))
-    except EventsUnavailable as exc:
-        raise HTTPException(503, detail=str(exc)) from exc
-    heartbeat = state.settings.event_heartbeat_s
     state.open_streams += 1
     EVENT_STREAMS.inc()
     released = False
 
-    async def release() -> None:
-        # Runs from the generator's finally and again as the response's background task: a client
-        # that vanishes before the first byte never starts the generator, and a cancelled finally
-        # may not finish its await. Counting is guarded; closing is idempotent.
+    def give_back_slot() -> None:
+        # Guarded: it runs from the generator's finally, from the response's background task, and
+        # when the subscribe fails; the count must drop once.
         nonlocal released
         if not released:
             released = True
             state.open_streams -= 1
             EVENT_STREAMS.dec()
+
+    # Without the token (where one is configured) anomalies arrive without their log lines.
+    withheld = evidence_withheld(request)
+    try:
+        sub = await state.backends.events.subscribe(
+            subject, since=since, after_seq=streaming.parse_last_event_id(last_event_id))
+    except EventsUnavailable as exc:
+        give_back_slot()
+        raise HTTPException(503, detail=str(exc)) from exc
+    except BaseException:
+        give_back_slot()  # cancelled (the client left) or failed: the slot is not kept
+        raise
+    heartbeat = state.settings.event_heartbeat_s
+
+    async def release() -> None:
+        # Runs from the generator's finally and again as the response's background task: a client
+        # that vanishes before the first byte never starts the generator, and a cancelled finally
+        # may not finish its await. Counting is guarded; closing is idempotent.
+        give_back_slot()
         await sub.close()
 
     async def frames() -> AsyncIterator[bytes]:
@@ -74,7 +90,7 @@ async def stream(request: Request,
                     # that left is noticed by Starlette, which cancels this generator.)
                     yield streaming.HEARTBEAT
                     continue
-                yield streaming.frame(event.seq, event.subject, event.data, event.at)
+                yield streaming.frame(event.seq, event.subject, event.data, event.at, withheld=withheld)
         finally:
             await release()
 

@@ -6,6 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from ..auth import evidence_withheld
+from ..domain import evidence
+
 router = APIRouter(prefix="/v1", tags=["ledger"])
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
@@ -30,7 +33,8 @@ async def job(request: Request, cluster: str, job_id: str) -> dict:
     if found is None:
         raise HTTPException(404, detail=f"job {job_id} on cluster {cluster} is not in the ledger "
                                         "(is its comment opted in with 'relaunch'? is the cluster name right?)")
-    return found
+    # The log lines quoted as evidence only with the token, where one is configured (auth.evidence_withheld).
+    return evidence.withhold_lines(found, evidence_withheld(request))
 
 
 @router.get("/advice", summary="Advice, newest first; active=true: what the actuator may still act on")
@@ -39,7 +43,8 @@ async def advice(request: Request, active: Annotated[bool | None, Query(
                  cluster: str | None = None, limit: Limit = 50, offset: Offset = 0) -> dict:
     items, total = await request.app.state.backends.ledger.advice(
         cluster=cluster, active=active, limit=limit, offset=offset)
-    return {"advice": items, "total": total, "limit": limit, "offset": offset}
+    return {"advice": evidence.withhold_in_advice(items, evidence_withheld(request)), "total": total,
+            "limit": limit, "offset": offset}
 
 
 @router.get("/nodes", summary="Nodes across jobs: latest health, non-healthy history, exclusions by advice")

@@ -9,6 +9,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from relaunch.common.outcomes import utcnow
 
 from ..adapters.progress_read import ProgressUnavailable
+from ..auth import evidence_withheld
+from ..domain import evidence
 from ..domain.charts import progress_chart
 
 router = APIRouter(prefix="/v1", tags=["pictures"])
@@ -30,7 +32,8 @@ async def progress(request: Request, cluster: str, job_id: str) -> dict:
             buckets, width = await backends.progress.series(cluster, job_id)
         except ProgressUnavailable as exc:
             note = str(exc)
-    chart = progress_chart(detail, buckets, width)
+    # Markers quote anomalies' log lines: only with the token, where one is configured.
+    chart = progress_chart(evidence.withhold_lines(detail, evidence_withheld(request)), buckets, width)
     return {"cluster": cluster, "job_id": job_id, **chart, "note": note}
 
 

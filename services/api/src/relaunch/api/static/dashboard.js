@@ -50,8 +50,15 @@
     box.hidden = !message;
   }
 
+  // The API's bearer token, when the person gave it (the "API token" button): where the API has a
+  // token configured, a job's log excerpts (evidence) come only with it. Kept for this tab only.
+  const TOKEN_KEY = "relaunch-api-token";
+
   async function getJSON(path) {
-    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { headers });
     const body = await response.json().catch(() => ({}));
     if (!response.ok) {
       throw new Error(body.detail ? `${body.detail}${body.hint ? ` (${body.hint})` : ""}` : `HTTP ${response.status}`);
@@ -183,6 +190,8 @@
       entries.push({ kind: "anomaly", at: an.detected_at,
         title: `${an.kind} in attempt ${an.attempt}: ${an.category} (${an.fault_domain} fault, action ${an.action})`,
         body: [el("p", { class: "detail" }, an.summary, (an.nodes || []).length ? ` — nodes ${an.nodes.join(", ")}` : ""),
+               an.evidence_withheld ? el("p", { class: "detail muted withheld" },
+                 `log excerpts withheld: ${an.evidence_withheld} (the API token button)`) : null,
                ...(an.evidence || []).map((line) => el("pre", { class: "evidence" },
                  `${line.path}@${line.offset}: ${line.text}`))] });
     }
@@ -294,6 +303,12 @@
     });
     $("#jobs-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); guarded(loadJobs); });
     $("#jobs-next").addEventListener("click", () => { state.offset += PAGE; guarded(loadJobs); });
+    $("#token").addEventListener("click", () => {
+      const given = prompt("The API's bearer token (shows log excerpts; kept for this tab only). Empty forgets it.");
+      if (given === null) return;
+      if (given.trim()) sessionStorage.setItem(TOKEN_KEY, given.trim()); else sessionStorage.removeItem(TOKEN_KEY);
+      guarded(loadJob);
+    });
     setMode("polling", "connecting to the event stream");
     guarded(async () => { await loadJobs(); await loadJob(); await loadNodes(); await loadFleet(); });
     setInterval(() => guarded(async () => { await loadJobs(); await loadJob(); }), POLL_MS);
