@@ -657,7 +657,10 @@ services_up() {
   export RELAUNCH_DETECTOR_HEALTH_PORT=$HEALTH_DETECTOR RELAUNCH_DECIDER_HEALTH_PORT=$HEALTH_DECIDER \
          RELAUNCH_ACTUATOR_HEALTH_PORT=$HEALTH_ACTUATOR RELAUNCH_API_PORT=$API_PORT
   start_service decider "http://127.0.0.1:$HEALTH_DECIDER/healthz" "$PY" -m relaunch.decider
-  start_service detector "http://127.0.0.1:$HEALTH_DETECTOR/healthz" "$PY" -m relaunch.detector
+  # A job's output is read only where its user could read it, under its working directory or these roots
+  # (docs/security.md): the stack's own job directory.
+  RELAUNCH_DETECTOR_LOG_ROOTS=${RELAUNCH_DETECTOR_LOG_ROOTS:-$RUN/jobs} \
+    start_service detector "http://127.0.0.1:$HEALTH_DETECTOR/healthz" "$PY" -m relaunch.detector
   start_service actuator "http://127.0.0.1:$HEALTH_ACTUATOR/healthz" "$PY" -m relaunch.actuator
   RELAUNCH_WATCHDOG_HEALTH_PORT=$HEALTH_WATCHDOG start_service watchdog "http://127.0.0.1:$HEALTH_WATCHDOG/healthz" \
     "$PY" -m relaunch.actuator.watchdog

@@ -1,4 +1,5 @@
 import datetime as dt
+import os
 import time
 
 import pytest
@@ -81,13 +82,14 @@ def test_a_failure_whose_log_could_not_be_read_is_not_restarted_and_says_why():
 
 
 def test_unreadable_reason_names_each_missing_file(tmp_path):
-    from relaunch.detector.adapters.logfiles import unreadable_reason
+    from relaunch.detector.adapters.logfiles import Access, unreadable_reason
+    me = Access(os.geteuid(), os.getegid(), ("/",))
 
     there = tmp_path / "job.out"
     there.write_text("x\n")
-    assert unreadable_reason([str(there), str(tmp_path / "gone.err")]) is None
-    assert unreadable_reason([]) == "Slurm did not say where the job's output went"
-    assert "gone.err does not exist" in unreadable_reason([str(tmp_path / "gone.err")])
+    assert unreadable_reason([str(there), str(tmp_path / "gone.err")], me) is None
+    assert unreadable_reason([], me) == "Slurm did not say where the job's output went"
+    assert "gone.err does not exist" in unreadable_reason([str(tmp_path / "gone.err")], me)
 
 
 def test_catalogue_validation_names_the_problem():

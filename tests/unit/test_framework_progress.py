@@ -7,6 +7,7 @@ live follower's frames giving exactly what `relaunch progress` reports."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from typer.testing import CliRunner
 
 from relaunch.client.cli import app
 from relaunch.common.progress.reading import RICH_ONLY, summarize, summarize_frames
-from relaunch.detector.adapters.logfiles import read_new_lines
+from relaunch.detector.adapters.logfiles import Access, read_new_lines
+
+ANY = Access(os.geteuid(), os.getegid(), ("/",))
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
 
@@ -67,7 +70,7 @@ def test_lightning_rich_bar_is_seen_only_at_the_end_and_relaunch_says_so():
 def test_the_live_followers_frames_read_the_same_as_the_offline_command(case, tmp_path):
     path = FIXTURES / f"{case}.log"
     frames, offset = [], 0
-    while (chunk := read_new_lines(str(path), offset, max_read=4096)) is not None and chunk.next_offset != offset:
+    while (chunk := read_new_lines(str(path), offset, ANY, max_read=4096)) is not None and chunk.next_offset != offset:
         frames += chunk.lines
         offset = chunk.next_offset
     live = summarize_frames(case, frames)
@@ -81,7 +84,7 @@ def test_a_line_after_a_long_redrawn_bar_is_not_lost_in_the_cut(tmp_path):
     path = tmp_path / "slurm-1.out"
     path.write_bytes((bar + "\nslurmstepd: error: *** JOB 1 ON node1 CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME "
                       "LIMIT ***\n").encode())
-    chunk = read_new_lines(str(path), 0)
+    chunk = read_new_lines(str(path), 0, ANY)
     assert any("DUE TO TIME LIMIT" in line for line in chunk.lines)
     assert max(len(line) for line in chunk.lines) < 200  # frames, not one endless line
     assert chunk.ends[-1] == chunk.next_offset == path.stat().st_size

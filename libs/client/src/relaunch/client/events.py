@@ -17,6 +17,9 @@ from relaunch.common.schemas import ALL_MODELS, Message
 from relaunch.common.settings import nats_servers
 
 _BY_SCHEMA = {model.model_fields["schema_"].default: model for model in ALL_MODELS}
+EVENTS_AND_ADVICE = ("relaunch.event.>", "relaunch.advice.>")
+"""What the shared `cli` NATS user may follow (docs/security.md): events and Advice, never signals (raw
+log lines, other jobs' progress) or dead letters."""
 
 
 def decode(data: bytes) -> Message | None:
@@ -41,7 +44,8 @@ class EventStream:
     and counted in `dropped`.
     """
 
-    def __init__(self, nats_url: str, subject: str = "relaunch.>", max_pending: int = 10_000) -> None:
+    def __init__(self, nats_url: str, subject: str | tuple[str, ...] = EVENTS_AND_ADVICE,
+                 max_pending: int = 10_000) -> None:
         self.nats_url, self.subject = nats_url, subject
         self.queue: asyncio.Queue[tuple[str, Message]] = asyncio.Queue(maxsize=max_pending)
         self.dropped = 0
@@ -52,7 +56,8 @@ class EventStream:
 
         self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=3, max_reconnect_attempts=-1,
                                       **connect_options())
-        await self._nc.subscribe(self.subject, cb=self._on_msg)
+        for subject in (self.subject,) if isinstance(self.subject, str) else self.subject:
+            await self._nc.subscribe(subject, cb=self._on_msg)
         await self._nc.flush()
         return self
 
@@ -80,7 +85,8 @@ class EventStream:
             yield await self.queue.get()
 
 
-async def subscribe(nats_url: str, subject: str = "relaunch.>") -> AsyncIterator[tuple[str, Message]]:
+async def subscribe(nats_url: str, subject: str | tuple[str, ...] = EVENTS_AND_ADVICE,
+                    ) -> AsyncIterator[tuple[str, Message]]:
     """Yield (subject, typed message) for every relaunch message published from now on."""
     async with EventStream(nats_url, subject) as stream:
         async for item in stream:

@@ -4,6 +4,10 @@ The call only puts a small record on a bounded in-process queue (no I/O, no lock
 the bus); a daemon thread publishes it to `relaunch.signal.progress.<cluster>.<job>` with a plain
 NATS publish (the SIGNALS stream captures it). When the queue is full or the bus is down, records
 are dropped and counted (`dropped`), never buffered without bound and never raised into training.
+
+Each reporter makes a random key and prints it once on stderr, which Slurm writes into the job's log
+("relaunch: progress key <key>"); every report carries it, and the detector accepts a report only when
+it has read that line in the job's own log (relaunch.common.progress_keys, docs/security.md).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import datetime as dt
 import logging
 import os
 import queue
+import secrets
 import sys
 import threading
 
 from relaunch.common import subjects
+from relaunch.common.progress_keys import key_line
 from relaunch.common.schemas import ProgressReported, dump
 from relaunch.common.settings import NotSet, nats_servers
 
@@ -30,9 +36,13 @@ POLL_S = 0.05
 
 class ProgressReporter:
     def __init__(self, nats_url: str, cluster: str, job_id: str, node: str | None = None,
-                 max_pending: int = 1000) -> None:
+                 max_pending: int = 1000, key: str | None = None) -> None:
         self.nats_url, self.cluster, self.job_id, self.node = nats_url, cluster, job_id, node
         self.subject = subjects.signal_progress(cluster, job_id)
+        self.key = key or secrets.token_hex(16)
+        """Binds this reporter's reports to the job: printed once into the job's log (stderr), here."""
+        if key is None:
+            print(key_line(self.key, job_id), file=sys.stderr, flush=True)
         self._queue: queue.Queue[ProgressReported | None] = queue.Queue(maxsize=max_pending)
         self.sent = 0
         self.dropped = 0
@@ -45,7 +55,8 @@ class ProgressReporter:
         try:
             record = ProgressReported(cluster=self.cluster, job_id=self.job_id, step=step, throughput=throughput,
                                       step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC),
-                                      loss=loss, grad_norm=grad_norm, loss_scale=loss_scale, skipped=skipped)
+                                      loss=loss, grad_norm=grad_norm, loss_scale=loss_scale, skipped=skipped,
+                                      key=self.key)
             self._queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1

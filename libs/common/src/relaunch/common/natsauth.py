@@ -101,7 +101,8 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
     live = consumers.API_EVENTS.stream.name  # the API's live readers (consumers.API_EVENTS)
     users = {
         ADMIN: {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}},
-        "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>",
+        # (audit: a job's output it refused to read for the job's user, docs/security.md)
+        "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>", audit,
                                           # after Redis lost its state: the last JobObserved per job
                                           # (relaunch.detector.rebuilding)
                                           f"{API}.STREAM.MSG.GET.{subjects.SIGNALS.name}"],
@@ -132,7 +133,10 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         "notifier": _service("notifier", [], consumers=CONSUMERS["notifier"]),
         # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
         CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
-              "subscribe": {"allow": [f"{p}.>", f"{inbox_prefix(CLI)}.>"]}},
+              # Events and Advice only: every training process of every user holds this user, so it never
+              # reads signals (raw log lines, other jobs' progress and its keys, observations) nor dead
+              # letters (which quote the messages they hold): docs/security.md.
+              "subscribe": {"allow": [f"{p}.event.>", f"{p}.advice.>", f"{inbox_prefix(CLI)}.>"]}},
     }
     for node in nodes:
         user = probe_user(node)

@@ -19,7 +19,7 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
-from .adapters.logfiles import unreadable_reason
+from .adapters.logfiles import Access, open_as_owner, unreadable_reason
 from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker, high_step_in
@@ -37,6 +37,8 @@ class Detector:
         self.bus, self.state, self.follower = bus, state, follower
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker
         self.anomalies = anomalies or tracker.anomalies
+        self.binding = None
+        """A binding.ProgressBinding, which records the progress keys the job's lines print (main.py)."""
 
     async def on_log(self, batch: LogBatch, delivery: Delivery) -> None:
         async with self.tracker.gate.urgent():
@@ -47,6 +49,8 @@ class Detector:
             await self._on_job(obs)
 
     async def _on_log(self, batch: LogBatch) -> None:
+        if self.binding is not None:
+            await self.binding.on_log(batch)
         await self.tracker.on_batch(batch)
         if self.history is not None:
             await self.history.on_log(batch)
@@ -80,6 +84,12 @@ class Detector:
         fields = {"stdout": obs.stdout or info.get("stdout", ""), "stderr": obs.stderr or info.get("stderr", ""),
                   "nodes": nodes_field(obs.nodes), "options": json.dumps(parse_comment(obs.comment).options),
                   "state": obs.state}
+        # Whose job it is, for reading its output as that user could (adapters/logfiles.py); an
+        # observation that does not say keeps what an earlier one said.
+        if obs.user_id is not None:
+            fields.update(uid=str(obs.user_id), gid="" if obs.group_id is None else str(obs.group_id),
+                          workdir=obs.work_dir)
+        access = Access.of({**info, **fields}, self.follower.log_roots)
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:
             return  # an older observation than what we already follow
@@ -88,8 +98,8 @@ class Detector:
             if obs.restarts > 0:
                 # First seen on a later attempt: earlier attempts' lines (append mode) are not ours.
                 for path in (obs.stdout, obs.stderr):
-                    if path and os.path.exists(path):
-                        fields[f"off:{path}"] = str(os.stat(path).st_size)
+                    if path and (size := await asyncio.to_thread(_size_for, path, access)) is not None:
+                        fields[f"off:{path}"] = str(size)
         elif known_attempt < obs.restarts:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
             fields["attempt"] = str(obs.restarts)
@@ -113,7 +123,7 @@ class Detector:
                     anomaly = AnomalyDetected.model_validate_json(candidate)
                 else:  # the log was read above, if it could be: say so when it could not
                     paths = [p for p in dict.fromkeys((fields["stdout"], fields["stderr"])) if p]
-                    problem = await asyncio.to_thread(unreadable_reason, paths)
+                    problem = await asyncio.to_thread(unreadable_reason, paths, access)
                     anomaly = crash_from_scheduler(obs, utcnow(), log_problem=problem)
                 if anomaly is not None:
                     await self._publish(anomaly, obs.observed_at)
@@ -128,3 +138,15 @@ class Detector:
             if step is not None:
                 anomaly = anomaly.model_copy(update={"last_step": step})
         await self.anomalies.publish(anomaly, evidence_at)
+
+
+def _size_for(path: str, access: Access) -> int | None:
+    """The file's size where the job's user could read it (None otherwise: nothing of it is read)."""
+    try:
+        fd = open_as_owner(path, access)
+    except Exception:  # noqa: BLE001 - refused or missing: nothing to skip
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)

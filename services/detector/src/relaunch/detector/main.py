@@ -18,6 +18,8 @@ from relaunch.common.settings import CommonSettings, load_settings, require_back
 
 from .adapters.allocator import fix_mmap_threshold
 from .adapters.follower import Follower
+from .adapters.progress_keys import ProgressKeys
+from .binding import ProgressBinding
 from .adapters.hotstate import HotState
 from .anomalies import AnomalyPublisher
 from .domain import hangs, stragglers
@@ -47,7 +49,8 @@ async def amain() -> None:
                    await handled_until(bus, consumers.DETECTOR_LOGS, now))
 
     follower = Follower(bus, state, common.cluster, settings.follow_interval_s, settings.batch_bytes,
-                        settings.quiet_follow_interval_s, settings.cold_follow_interval_s)
+                        settings.quiet_follow_interval_s, settings.cold_follow_interval_s,
+                        log_roots=settings.log_root_list())
     anomalies = AnomalyPublisher(bus, state)  # crashes, hangs and stragglers all leave through it
     tracker = ProgressTracker(bus, state, common.cluster,
                               hangs.HangPolicy(floor_s=settings.hang_floor_s, warmup_s=settings.hang_warmup_s),
@@ -57,10 +60,14 @@ async def amain() -> None:
     history = ProgressHistory(ProgressStore(common.redis_url), common.cluster)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies, history)
 
-    async def on_progress_batch(items):
+    binding = ProgressBinding(ProgressKeys(state), common.cluster, required=settings.progress_keys == "required")
+    detector.binding = binding
+
+    async def track_and_keep(items):
         results = await tracker.on_progress_batch(items)
         await history.on_reports([item for item, result in zip(items, results) if result is None])
         return results
+    on_progress_batch = binding.wrap(track_and_keep)
     rebuilder = HotStateRebuilder(bus, state, common.cluster, detector.on_job)
     redis = Reachability("Redis (RELAUNCH_REDIS_URL, the detector's hot state)", common.redis_url)
 

@@ -32,3 +32,9 @@ DETECTION_SECONDS = Histogram(
 def anomaly_published(anomaly: AnomalyDetected, evidence_at: dt.datetime, now: dt.datetime) -> None:
     ANOMALIES.labels(anomaly.kind, anomaly.category, anomaly.source).inc()
     DETECTION_SECONDS.labels(anomaly.kind, anomaly.source).observe(max(0.0, (now - evidence_at).total_seconds()))
+LOG_REFUSED = Counter("relaunch_log_reads_refused_total",
+                      "Job output files not read because the job's user could not read them or they lie outside "
+                      "the allowed roots (docs/security.md)")
+PROGRESS_REFUSED = Counter("relaunch_progress_refused_total",
+                           "Progress reports not bound to their job (no key, or a key never printed in the job's "
+                           "own log: docs/security.md)", ["reason"])

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic_settings import SettingsConfigDict
 
@@ -29,6 +29,15 @@ class DetectorSettings(ServiceSettings):
     before falling back to the scheduler's state."""
     extra_signatures: list[str] = []
     """Operator signature files (TOML, same shape as the built-in catalogue), as a JSON list."""
+    log_roots: str = ""
+    """Directories (':'-separated, absolute) under which a job's output may be read, besides the job's own
+    working directory; default none. A job's output is read only where the job's user could read it and it
+    lies under one of these or the job's working directory (docs/security.md): e.g. the cluster's shared
+    log directory, `/scratch/logs:/shared/slurm-out`."""
+    progress_keys: Literal["required", "off"] = "required"
+    """Whether a progress report must carry a key that its job's own log printed (relaunch.client does
+    both; docs/security.md). "off" lets anyone holding the shared `cli` NATS user report progress for any
+    job, and so stop it with NaN losses: only for a cluster whose jobs all belong to one user, or a bench."""
     batch_bytes: int = 256 * 1024
     """Largest log batch published at once (NATS' default max payload is 1 MiB)."""
     hang_floor_s: float = 10.0
@@ -47,3 +56,11 @@ class DetectorSettings(ServiceSettings):
     """glibc's mmap threshold in bytes, fixed at start-up (adapters/allocator.py): blocks this large are
     mapped apart and given back when freed, so that short-lived large blocks do not keep heap pages in
     the detector's memory. 0 leaves glibc's dynamic threshold; glibc's own MALLOC_MMAP_THRESHOLD_ wins."""
+
+    def log_root_list(self) -> tuple[str, ...]:
+        """log_roots as absolute paths (a relative entry is an error, said at start-up)."""
+        roots = tuple(r for r in self.log_roots.split(":") if r)
+        bad = [r for r in roots if not r.startswith("/")]
+        if bad:
+            raise ValueError(f"RELAUNCH_DETECTOR_LOG_ROOTS: {', '.join(bad)} is not an absolute path")
+        return roots

@@ -13,11 +13,12 @@ from relaunch.common.connection import Bus
 from relaunch.common.lanes import KeyedLanes
 from relaunch.common.outcomes import utcnow
 from relaunch.common.periodic import every, warn_on
-from relaunch.common.schemas import LogBatch
+from relaunch.common.schemas import AuditEntry, LogBatch
 
-from ..metrics import LINES
+from ..domain.file_access import Refused
+from ..metrics import LINES, LOG_REFUSED
 from .hotstate import HotState
-from .logfiles import Chunk, file_sizes, read_new_lines
+from .logfiles import Access, Chunk, file_sizes, read_new_lines
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,13 @@ class Follower:
     """
 
     def __init__(self, bus: Bus, state: HotState, cluster: str, interval_s: float, batch_bytes: int,
-                 quiet_interval_s: float = 1.0, cold_interval_s: float = 5.0) -> None:
+                 quiet_interval_s: float = 1.0, cold_interval_s: float = 5.0, log_roots: tuple[str, ...] = (),
+                 ) -> None:
         self.bus, self.state, self.cluster = bus, state, cluster
+        self.log_roots = log_roots
+        """The operator's allowed roots of job output (with each job's working directory: logfiles.Access)."""
+        self._refused: set[tuple[str, str]] = set()
+        """(job, path) refusals already logged and audited by this process (bounded: cleared past 10,000)."""
         self.interval_s, self.batch_bytes = interval_s, batch_bytes
         self.quiet_interval_s = max(quiet_interval_s, interval_s)
         self.cold_interval_s = max(cold_interval_s, self.quiet_interval_s)
@@ -162,10 +168,15 @@ class Follower:
             if not info:
                 return False
             attempt = int(info.get("attempt", "0"))
+            access = Access.of(info, self.log_roots)
             for path in dict.fromkeys(p for p in (info.get("stdout"), info.get("stderr")) if p):
                 offset = int(info.get(f"off:{path}", "0"))
                 while True:
-                    chunk = await asyncio.to_thread(read_new_lines, path, offset)
+                    try:
+                        chunk = await asyncio.to_thread(read_new_lines, path, offset, access)
+                    except Refused as refusal:
+                        await self._refuse(job_id, path, str(refusal))
+                        break
                     if chunk is None or chunk.next_offset == offset:
                         break
                     await self._publish(job_id, attempt, path, chunk)
@@ -175,6 +186,25 @@ class Follower:
                     # the same Msg-Id, which JetStream drops.
                     await self.state.set_offset(self.cluster, job_id, path, offset)
         return published
+
+    async def _refuse(self, job_id: str, path: str, why: str) -> None:
+        """A file not read for the job's user: counted every time, logged and audited once per job and path
+        (the audit entry's Msg-Id makes it once across replicas and restarts too)."""
+        LOG_REFUSED.inc()
+        if (job_id, path) in self._refused:
+            return
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        self._refused.add((job_id, path))
+        log.warning("job %s: output not read: %s", job_id, why)
+        key = f"detector.log-refused.{self.cluster}.{job_id}.{hashlib.sha1(path.encode()).hexdigest()[:12]}"
+        entry = AuditEntry(cluster=self.cluster, job_id=job_id, service="detector", action="output not read",
+                           detail=why[:1000], idempotency_key=key, at=utcnow())
+        try:
+            await self.bus.publish(subjects.event_audit(self.cluster, job_id), entry, msg_id=key)
+        except Exception as exc:  # noqa: BLE001 - the refusal stands; the entry is tried again on the next look
+            self._refused.discard((job_id, path))
+            log.warning("job %s: could not publish the refusal's audit entry: %s", job_id, exc)
 
     async def _publish(self, job_id: str, attempt: int, path: str, chunk: Chunk) -> None:
         """Split a chunk into batches under batch_bytes; each Msg-Id names its exact byte range,

@@ -5,14 +5,121 @@ A line ends at '\n' or '\r' (each redraw of a progress bar is a frame of its own
 MAX_LINE_BYTES; of an over-long line only the head of each read (1 MiB) is kept,
 so one 10 MB line costs bounded memory and time and yields about ten pieces. Bytes are decoded as
 UTF-8 with replacement (binary junk never raises). A trailing partial line is left for the next read.
+
+Every file is opened for the job's user (open_as_owner): the detector runs with more privilege than the
+users whose output it reads, and a path is text the user chose, so a file that user could not read, or
+one outside the allowed roots, is refused (domain/file_access.py; docs/security.md).
 """
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import time
 from dataclasses import dataclass
 
 from relaunch.common.diagnosis.blocks import MAX_LINE_BYTES, MAX_READ
+
+from ..domain.file_access import Entry, Owner, Refused, check_directory, check_file, within
+
+GROUPS_TTL_S = 300.0
+"""How long a user's group list, read from the system's user database, is kept."""
+_groups: dict[tuple[int, int], tuple[float, frozenset[int]]] = {}
+
+
+@dataclass(frozen=True)
+class Access:
+    """Whose job the files belong to and where its output may lie. `uid` None: not known, nothing is read."""
+
+    uid: int | None
+    gid: int | None
+    roots: tuple[str, ...]
+    """The operator's allowed roots and the job's working directory (resolved here)."""
+
+    @classmethod
+    def of(cls, info: dict[str, str], roots: tuple[str, ...]) -> Access:
+        """From the job's hash in the hot state (fields uid, gid, workdir: detector handlers)."""
+        uid, gid = info.get("uid", ""), info.get("gid", "")
+        workdir = info.get("workdir", "")
+        return cls(int(uid) if uid.isdigit() else None, int(gid) if gid.isdigit() else None,
+                   (*roots, workdir) if workdir.startswith("/") else tuple(roots))
+
+
+def owner_of(uid: int, gid: int | None) -> Owner:
+    """The user's groups from the system's user database (the primary one alone where it does not know
+    the user), kept GROUPS_TTL_S."""
+    key, now = (uid, -1 if gid is None else gid), time.monotonic()
+    cached = _groups.get(key)
+    if cached is None or now - cached[0] > GROUPS_TTL_S:
+        gids = {gid} if gid is not None else set()
+        try:
+            entry = pwd.getpwuid(uid)
+            gids |= set(os.getgrouplist(entry.pw_name, entry.pw_gid if gid is None else gid))
+        except (KeyError, OSError):
+            pass
+        if len(_groups) > 10_000:
+            _groups.clear()
+        cached = _groups[key] = (now, frozenset(gids))
+    return Owner(uid, cached[1])
+
+
+def _entry(fd: int) -> Entry:
+    st = os.fstat(fd)
+    return Entry(st.st_mode, st.st_uid, st.st_gid)
+
+
+def open_as_owner(path: str, access: Access) -> int:
+    """A read-only descriptor of `path` when the job's user could read it and it lies within the allowed
+    roots; Refused (why) otherwise; FileNotFoundError when it does not exist (yet).
+
+    The path is resolved once (symlinks followed: a link to a file the user may read is that file), then
+    walked again from '/' one component at a time with O_NOFOLLOW, each directory checked on the inode
+    opened: a component swapped for a symlink after the resolution fails the walk instead of leading
+    elsewhere."""
+    if access.uid is None:
+        raise Refused("the job's owner is not known (the actuator's observation did not say), so its output "
+                      "is not read")
+    if not path.startswith("/"):
+        raise Refused(f"{path!r} is not an absolute path")
+    real = os.path.realpath(path)
+    roots = tuple(os.path.realpath(r) for r in access.roots if r.startswith("/"))
+    if not within(real, roots):
+        raise Refused(f"{path} lies outside the allowed log roots ({', '.join(roots) or 'none'}; "
+                      "RELAUNCH_DETECTOR_LOG_ROOTS and the job's working directory)")
+    owner = owner_of(access.uid, access.gid)
+    parts = [p for p in real.split("/") if p]
+    if not parts:
+        raise Refused("/ is not a file")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        where = ""
+        for part in parts[:-1]:
+            check_directory(_entry(fd), owner, where or "/")
+            where += "/" + part
+            try:
+                nfd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+            except (NotADirectoryError, OSError) as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise
+                raise Refused(f"{where} changed while it was opened ({exc.strerror or exc})") from exc
+            os.close(fd)
+            fd = nfd
+        check_directory(_entry(fd), owner, where or "/")
+        try:
+            ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise Refused(f"{real}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    try:
+        check_file(_entry(ffd), owner, real)
+    except Refused:
+        os.close(ffd)
+        raise
+    return ffd
 
 
 @dataclass(frozen=True)
@@ -25,18 +132,20 @@ class Chunk:
     next_offset: int
 
 
-def unreadable_reason(paths: list[str]) -> str | None:
-    """None when at least one of a job's log files can be read here; else why none can, in words
-    an operator can act on (the Advice of a failure that nothing explains quotes it)."""
+def unreadable_reason(paths: list[str], access: Access) -> str | None:
+    """None when at least one of a job's log files can be read here for the job's user; else why none
+    can, in words an operator can act on (the Advice of a failure that nothing explains quotes it)."""
     if not paths:
         return "Slurm did not say where the job's output went"
     problems = []
     for path in paths:
         try:
-            with open(path, "rb"):
-                return None
+            os.close(open_as_owner(path, access))
+            return None
         except FileNotFoundError:
             problems.append(f"{path} does not exist on the detector's host")
+        except Refused as exc:
+            problems.append(str(exc))
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
     return "; ".join(problems)
@@ -54,17 +163,19 @@ def file_sizes(paths: list[str]) -> list[int | None]:
     return sizes
 
 
-def read_new_lines(path: str, offset: int, max_read: int = MAX_READ) -> Chunk | None:
-    """Lines completed since `offset`, or None when the file does not exist (yet)."""
+def read_new_lines(path: str, offset: int, access: Access, max_read: int = MAX_READ) -> Chunk | None:
+    """Lines completed since `offset`, or None when the file does not exist (yet); Refused when the job's
+    user could not read it (open_as_owner)."""
     try:
-        size = os.stat(path).st_size
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        fd = open_as_owner(path, access)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if size < offset:  # truncated (a job without --open-mode=append was requeued): start over
-        offset = 0
-    if size == offset:
-        return Chunk(offset, [], [], offset)
-    with open(path, "rb") as fh:
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fd).st_size
+        if size < offset:  # truncated (a job without --open-mode=append was requeued): start over
+            offset = 0
+        if size == offset:
+            return Chunk(offset, [], [], offset)
         fh.seek(offset)
         data = fh.read(max_read)
     lines: list[str] = []
