@@ -5,10 +5,12 @@
 Run against a stack that is up (`source $RELAUNCH_RUN_DIR/env` first): it submits a set of jobs
 that end every way relaunch must read (completed, failed with an exit code, killed by a signal,
 cancelled, requeued in held state, excluded from a node, pending on a constraint it can never meet,
-restarted after a failure), waits until each is where it should be, and writes what `squeue --json`,
-`squeue --json --states=all`, `scontrol show job -o`, `sacct` and `sinfo` say of them into OUT_DIR,
-with `jobs.json` naming which job is which. Nothing here is edited by hand: the tests read Slurm's
-own words (docs/slurm-versions.md).
+restarted after a failure, named and commented with text that looks like Slurm's own fields), waits
+until each is where it should be, and writes what `squeue --json`, `squeue --json --states=all`, each
+job's own `squeue --json --states=all --jobs=J` object (show-job.json: what the actuator's observe()
+reads), `scontrol show job -o` (for comparison only: relaunch no longer reads that text), `sacct` and
+`sinfo` say of them into OUT_DIR, with `jobs.json` naming which job is which. Nothing here is edited by
+hand: the tests read Slurm's own words (docs/slurm-versions.md).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 SACCT_WANTED = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition", "Restarts",
-                "StdOut", "StdErr", "WorkDir", "SubmitLine", "Comment")
+                "StdOut", "StdErr", "WorkDir", "User", "UID", "GID", "SubmitLine", "Comment")
 """A broad set; each release prints the ones it has (sacct --helpformat), Comment last."""
 DELIMITER = "\x1f"
 
@@ -38,7 +40,12 @@ SCRIPTS = {
     # Fails on each of its first two attempts (exit 2, then 3), so accounting holds a chain.
     "chain": "echo \"attempt ${SLURM_RESTART_COUNT:-0}\"; exit $(( ${SLURM_RESTART_COUNT:-0} + 2 ))",
     "comment": "exit 0",
+    "crafted": "echo '[train] step 1'; exit 0",
 }
+CRAFTED_NAME = "x Requeue=0 Restarts=zz"
+"""A name and a comment that `scontrol show job -o` prints unquoted where Slurm's own Requeue,
+Restarts and StdOut fields follow (docs/slurm-versions.md)."""
+CRAFTED_COMMENT = "relaunch StdOut=/etc/shadow"
 
 
 def run(*argv: str, check: bool = True) -> str:
@@ -58,6 +65,11 @@ def show(job_id: str) -> dict[str, str]:
     return fields
 
 
+def listed_job(squeue_json: str, job_id: str) -> dict:
+    """The job's own object in a listing (22.05's squeue --json ignores --jobs and lists every job)."""
+    return next(j for j in json.loads(squeue_json)["jobs"] if str(j["job_id"]) == job_id)
+
+
 def wait(what: str, predicate, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -71,10 +83,10 @@ def state(job_id: str) -> str:
     return show(job_id).get("JobState", "")
 
 
-def submit(name: str, jobs_dir: Path, *extra: str, comment: str = "relaunch") -> str:
+def submit(name: str, jobs_dir: Path, *extra: str, comment: str = "relaunch", job_name: str = "") -> str:
     script = jobs_dir / f"{name}.sh"
     script.write_text(f"#!/bin/bash\n{SCRIPTS[name]}\n")
-    out = run("sbatch", "--parsable", "-J", name, f"--comment={comment}", "--open-mode=append",
+    out = run("sbatch", "--parsable", "-J", job_name or name, f"--comment={comment}", "--open-mode=append",
               "-o", str(jobs_dir / "%x-%j.out"), *extra, str(script))
     return out.strip().split(";")[0]
 
@@ -98,6 +110,7 @@ def main() -> None:
     ids["sigkill"] = submit("sigkill", jobs_dir)
     ids["comment"] = submit("comment", jobs_dir, comment="relaunch:max_attempts=2 owner=a|b;x")
     ids["chain"] = submit("chain", jobs_dir)
+    ids["crafted"] = submit("crafted", jobs_dir, comment=CRAFTED_COMMENT, job_name=CRAFTED_NAME)
     ids["badconstraints"] = submit("badconstraints", jobs_dir, "-N2", "-w", "node3,node4")
 
     requeue_held_and_pending(ids["held"])
@@ -121,7 +134,7 @@ def main() -> None:
     run("scontrol", "release", ids["chain"])
     run("scontrol", "update", f"JobId={ids['chain']}", "StartTime=now")
     wait("chain failed again", lambda: show(ids["chain"]).get("Restarts") == "1" and state(ids["chain"]) == "FAILED")
-    for name in ("ok", "fail", "sigkill", "comment"):
+    for name in ("ok", "fail", "sigkill", "comment", "crafted"):
         wait(f"{name} finished", lambda n=name: state(ids[n]) in ("COMPLETED", "FAILED"))
     time.sleep(3)  # accounting records reach slurmdbd a moment after the controller
 
@@ -131,6 +144,9 @@ def main() -> None:
     (out_dir / "squeue-all.json").write_text(run("squeue", "--json", "--states=all"))
     scontrol = {name: run("scontrol", "show", "job", "-o", job_id).strip() for name, job_id in sorted(ids.items())}
     (out_dir / "scontrol.json").write_text(json.dumps(scontrol, indent=1, sort_keys=True) + "\n")
+    shown = {name: listed_job(run("squeue", "--json", "--states=all", f"--jobs={job_id}"), job_id)
+             for name, job_id in sorted(ids.items())}
+    (out_dir / "show-job.json").write_text(json.dumps(shown, indent=1, sort_keys=True) + "\n")
     available = set(run("sacct", "--helpformat").split())
     fields = [f for f in SACCT_WANTED if f in available]
     (out_dir / "sacct.fields").write_text(",".join(fields) + "\n")

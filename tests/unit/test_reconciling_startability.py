@@ -1,12 +1,13 @@
 """The restart plan against Slurm's rules on who can start and when (domain/startability.py).
 
-The scontrol lines are cut from real Slurm 22.05.8 output on the local stack (see the module's docstring)."""
+The job objects hold the values real Slurm 22.05.8 showed on the local stack (see the module's docstring)."""
 
 import datetime as dt
 
 import pytest
 
-from relaunch.actuator.domain.observing import Observed, observed_from_scontrol, parse_scontrol_line
+from relaunch.actuator.domain.observing import Observed
+from relaunch.actuator.domain.rest_values import observed_from_rest
 from relaunch.actuator.domain.reconciling import (
     CANNOT_START, EXCLUSION_DROPPED, LAUNCH_REFUSED, MAX_LAUNCH_RETRIES, SCHEDULER_LOOK, plan, would_run,
 )
@@ -15,24 +16,22 @@ from relaunch.common.schemas import Advice
 
 NOW = dt.datetime(2026, 12, 1, 7, 15, 44, 300_000, tzinfo=dt.UTC)
 
-# A 2-node job submitted with -w node1,node2 whose successor was given ExcNodeList=node2 (22.05.8).
-BAD_CONSTRAINTS = (
-    "JobId=5 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=0 Nice=0 Account=root QOS=normal "
-    "JobState=PENDING Reason=BadConstraints Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 "
-    "ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-01T07:18:01 "
-    "EligibleTime=2026-12-01T07:18:01 AccrueTime=Unknown StartTime=Unknown EndTime=Unknown Deadline=N/A "
-    "LastSchedEval=2026-12-01T07:18:01 Scheduler=Main Partition=debug AllocNode:Sid=localhost:20813 "
-    "ReqNodeList=node[1-2] ExcNodeList=node2 NodeList=(null) NumNodes=2-2 NumCPUs=2 NumTasks=2")
+T_BAD = int(dt.datetime(2026, 12, 1, 7, 18, 1, tzinfo=dt.UTC).timestamp())
+T_REFUSED = int(dt.datetime(2026, 12, 1, 7, 15, 44, tzinfo=dt.UTC).timestamp())
+# A 2-node job submitted with -w node1,node2 whose successor was given ExcNodeList=node2 (22.05.8;
+# the fields relaunch reads of its `squeue --json` object, in 22.05's shapes).
+BAD_CONSTRAINTS = {
+    "job_id": 5, "name": "wrap", "user_id": 0, "group_id": 0, "priority": 0, "job_state": "PENDING",
+    "state_reason": "BadConstraints", "requeue": True, "restart_cnt": 1, "exit_code": 0, "submit_time": T_BAD,
+    "eligible_time": T_BAD, "start_time": 0, "end_time": 0, "partition": "debug", "required_nodes": "node[1-2]",
+    "excluded_nodes": "node2", "nodes": "", "node_count": 2}
 # The successor of a job that failed at 07:15:44.027, requeued, released and started now at .170; the
 # scheduler placed it at .485 on the same node, and slurmd refused it: "Job credential revoked".
-REFUSED = (
-    "JobId=3 JobName=jobA.sh UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901753 Nice=0 "
-    "Account=root QOS=normal JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 Restarts=1 "
-    "BatchFlag=1 Reboot=0 ExitCode=1:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A "
-    "SubmitTime=2026-12-01T07:15:44 EligibleTime=2026-12-01T07:15:44 AccrueTime=2026-12-01T07:15:44 "
-    "StartTime=2026-12-01T07:15:44 EndTime=2026-12-01T07:15:44 Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
-    "LastSchedEval=2026-12-01T07:15:44 Scheduler=Main Partition=debug AllocNode:Sid=localhost:20813 "
-    "ReqNodeList=node1 ExcNodeList=(null) NodeList=node1 BatchHost=node1 NumNodes=1 NumCPUs=1 NumTasks=1")
+REFUSED = {
+    "job_id": 3, "name": "jobA.sh", "user_id": 0, "group_id": 0, "priority": 4294901753, "job_state": "FAILED",
+    "state_reason": "NonZeroExitCode", "requeue": True, "restart_cnt": 1, "exit_code": 256,
+    "submit_time": T_REFUSED, "eligible_time": T_REFUSED, "start_time": T_REFUSED, "end_time": T_REFUSED,
+    "partition": "debug", "required_nodes": "node1", "excluded_nodes": "", "nodes": "node1", "node_count": 1}
 
 
 def advice(**kw) -> Advice:
@@ -45,8 +44,8 @@ def obs(**kw) -> Observed:
     return Observed(exists=True, **kw)
 
 
-def scontrol(line: str) -> Observed:
-    return observed_from_scontrol(parse_scontrol_line(line))
+def scontrol(job: dict) -> Observed:
+    return observed_from_rest(job)
 
 
 # --- item: CONVERGED means the successor can run ----------------------------------------------------

@@ -3,9 +3,8 @@ import datetime as dt
 import pytest
 
 from relaunch.actuator.domain.hostlists import expand
-from relaunch.actuator.domain.observing import (
-    observed_from_scontrol, opted_in_jobs, parse_scontrol_line,
-)
+from relaunch.actuator.domain.observing import opted_in_jobs, parse_scontrol_line
+from relaunch.actuator.domain.rest_values import observed_from_rest
 from relaunch.actuator.domain.slurm_values import exit_code
 
 # A real line from Slurm 22.05.8 (scontrol show job -o), after requeuehold.
@@ -24,16 +23,31 @@ def test_scontrol_line_with_spaces_in_a_value():
     assert fields["StdOut"] == "/tmp/mt/job-1.out" and fields["Restarts"] == "1"
 
 
+# The same job as 22.05.8's `squeue --json` prints it (no `hold` field on 22.05: Priority 0 and the reason say it).
+HELD_JSON = {
+    "job_id": 1, "name": "job.sh", "priority": 0, "job_state": "PENDING", "state_reason": "job_requeued_in_held_state",
+    "requeue": True, "restart_cnt": 1, "exit_code": 256, "submit_time": 1795966021, "eligible_time": 1795966151,
+    "start_time": 1795966151, "end_time": 0, "partition": "debug", "required_nodes": "", "excluded_nodes": "node[2-3]",
+    "nodes": "", "node_count": 1, "comment": "relaunch:max_attempts=2 other", "current_working_directory": "/tmp/mt",
+    "standard_output": "/tmp/mt/job-%j.out", "standard_error": "", "user_name": "root"}
+
+
+def test_the_text_lets_a_value_pose_as_a_key_which_is_why_relaunch_reads_json():
+    crafted = HELD.replace("JobName=job.sh", "JobName=x Requeue=0 Restarts=zz")
+    assert parse_scontrol_line(crafted)["Requeue"] == "0" and parse_scontrol_line(crafted)["Restarts"] == "zz"
+    obs = observed_from_rest({**HELD_JSON, "name": "x Requeue=0 Restarts=zz"})
+    assert obs.requeue_allowed and obs.restarts == 1
+
+
 def test_held_successor_is_recognised():
-    obs = observed_from_scontrol(parse_scontrol_line(HELD))
+    obs = observed_from_rest(HELD_JSON)
     assert obs.exists and obs.state == "PENDING" and obs.held and obs.restarts == 1
-    assert obs.excluded == ("node2", "node3")
+    assert obs.excluded == ("node2", "node3") and obs.exit_code == "1:0"
     assert obs.eligible_at == dt.datetime(2026, 11, 29, 15, 29, 11, tzinfo=dt.UTC)
 
 
 def test_released_successor_is_not_held():
-    line = HELD.replace("Priority=0", "Priority=4294901758").replace("job_requeued_in_held_state", "None")
-    assert not observed_from_scontrol(parse_scontrol_line(line)).held
+    assert not observed_from_rest({**HELD_JSON, "priority": 4294901758, "state_reason": "None"}).held
 
 
 @pytest.mark.parametrize("expr,hosts", [

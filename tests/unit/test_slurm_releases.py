@@ -2,7 +2,11 @@
 
 The fixtures under tests/fixtures/slurm/<release>/ were captured from the project's own clusters of
 each release by scripts/capture_slurm_fixtures.py (`make fixtures` captures them again); nothing in
-them is written by hand. jobs.json says which job id is which scenario.
+them is written by hand. jobs.json says which job id is which scenario. show-job.json holds each job's
+own `squeue --json` object (what the actuator's observe() reads); on 24.11 and 26.05 it was cut from
+squeue-all.json (the same objects) before the capture asked for it, and their captures predate the
+"crafted" job, which the tests below make from those objects. scontrol.json holds the `-o` text
+relaunch no longer reads: the tests use it to check that the JSON says what Slurm itself printed.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import pytest
 from memorybus import memory_bus
 
 from relaunch.actuator.domain.accounting import REQUEUE_LINK, available_fields, job_chain, parse_sacct
-from relaunch.actuator.domain.observing import observed_from_scontrol, parse_scontrol_line, read_listing
+from relaunch.actuator.domain.observing import output_paths_of, parse_scontrol_line, read_listing
+from relaunch.actuator.domain.rest_values import observed_from_rest
 from relaunch.actuator.domain.slurm_values import Unreadable, exit_code, job_state, number
 from relaunch.actuator.observer import Observer
 from relaunch.common.schemas import JobObserved
@@ -37,7 +42,13 @@ class Capture:
         return json.loads((self.dir / name).read_text())
 
     def scontrol(self, scenario: str) -> dict[str, str]:
+        """The `-o` text's fields (never of the crafted job, whose name and comment shadow some)."""
+        assert scenario != "crafted"
         return parse_scontrol_line(json.loads((self.dir / "scontrol.json").read_text())[scenario])
+
+    def shown(self, scenario: str) -> dict:
+        """The job's own object in `squeue --json --states=all --jobs=J` (what Slurm.show_job returns)."""
+        return copy.deepcopy(self.json("show-job.json")[scenario])
 
     @property
     def sacct_fields(self) -> tuple[str, ...]:
@@ -66,7 +77,10 @@ def test_every_scenario_is_read_from_squeue_states_all(capture):
         "excluded": ("PENDING", None, 1), "released": ("PENDING", None, 1), "chain": ("FAILED", 3, 1),
         "badconstraints": ("PENDING", None, 1), "comment": ("COMPLETED", 0, 0),
     }
+    if "crafted" in capture.ids:
+        expected["crafted"] = ("COMPLETED", 0, 0)
     assert {name: (j.state, j.exit_code, j.restarts) for name, j in jobs.items()} == expected
+    assert all((j.user_id, j.group_id, j.work_dir) == (0, 0, "/work/main") for j in jobs.values())
     assert all(j.submitted is not None and j.submitted.year >= 2026 for j in jobs.values())
     assert jobs["comment"].comment == "relaunch:max_attempts=2 owner=a|b;x"
     assert jobs["badconstraints"].nodes == () and jobs["running"].nodes == ("node1",)
@@ -81,16 +95,34 @@ def test_plain_squeue_json_lists_finished_jobs_on_22_05_only(capture):
         assert {"running", "held"} <= plain
 
 
-def test_scontrol_reads_the_same_on_every_release(capture):
-    held = observed_from_scontrol(capture.scontrol("held"))
+def test_observe_reads_the_same_on_every_release(capture):
+    held = observed_from_rest(capture.shown("held"))
     assert held.state == "PENDING" and held.held and held.restarts == 1
-    excluded = observed_from_scontrol(capture.scontrol("excluded"))
+    excluded = observed_from_rest(capture.shown("excluded"))
     assert excluded.excluded == ("node1",) and excluded.held
-    running = observed_from_scontrol(capture.scontrol("running"))
+    running = observed_from_rest(capture.shown("running"))
     assert running.state == "RUNNING" and not running.held and running.nodes == ("node1",)
-    fail = capture.scontrol("fail")
-    assert fail["StdOut"].endswith(f"/fail-{capture.ids['fail']}.out")
-    assert fail["StdErr"].endswith(f"/fail-{capture.ids['fail']}.err")
+    bad = observed_from_rest(capture.shown("badconstraints"))
+    assert bad.required == ("node3", "node4") and bad.excluded == ("node4",) and bad.num_nodes == 2 and not bad.held
+    assert observed_from_rest(capture.shown("fail")).exit_code == "1:0"
+    assert observed_from_rest(capture.shown("sigkill")).exit_code == "0:9"
+    stdout, stderr = output_paths_of(capture.shown("fail"))
+    assert stdout.endswith(f"/fail-{capture.ids['fail']}.out") and stderr.endswith(f"/fail-{capture.ids['fail']}.err")
+
+
+@pytest.mark.parametrize("scenario", ["ok", "fail", "sigkill", "running", "held", "excluded", "released", "chain",
+                                      "cancelled", "badconstraints", "comment"])
+def test_the_json_says_what_scontrol_printed(capture, scenario):
+    """Each fact observe() reads, from the JSON, equals scontrol's own text for the same job (on jobs
+    whose name and comment hold nothing that looks like a field)."""
+    fields, observed = capture.scontrol(scenario), observed_from_rest(capture.shown(scenario))
+    assert (observed.state, observed.reason, str(observed.restarts)) == (fields["JobState"], fields["Reason"],
+                                                                         fields["Restarts"])
+    assert observed.requeue_allowed is (fields["Requeue"] == "1") and observed.partition == fields["Partition"]
+    if fields["JobState"] not in ("PENDING", "RUNNING"):
+        assert observed.exit_code == fields["ExitCode"]
+    # 26.05 prints an empty StdErr where stderr goes with stdout; relaunch names that file for both.
+    assert output_paths_of(capture.shown(scenario)) == (fields["StdOut"], fields["StdErr"] or fields["StdOut"])
 
 
 def test_sacct_fields_are_detected_not_pinned(capture):
@@ -236,7 +268,7 @@ class CapturedSlurm:
 
     async def show_job(self, job_id: str):
         name = self.capture.names.get(job_id)
-        return self.capture.scontrol(name) if name else None
+        return self.capture.shown(name) if name else None
 
     async def accounting(self, job_ids):
         return [r for r in self.capture.sacct() if r.job_id in job_ids]

@@ -73,6 +73,9 @@ class _Seen:
     comment: str
     partition: str
     tries: int = 0
+    user_id: int | None = None
+    group_id: int | None = None
+    work_dir: str = ""
 
 
 class Observer:
@@ -168,15 +171,16 @@ class Observer:
         if self._last.get(job.job_id) == key:
             return
         first = await self._first_submit(job)
-        stdout, stderr = await self._paths_of(job.job_id, job.restarts)
+        stdout, stderr = self._paths_of(job)
         await self._publish(job.job_id, key, name=job.name, state=job.state, reason=job.reason,
                             restarts=job.restarts, nodes=list(job.nodes), comment=job.comment,
                             partition=job.partition, stdout=stdout, stderr=stderr, exit_code=job.exit_code,
-                            submit_time=first)
+                            submit_time=first, user_id=job.user_id, group_id=job.group_id, work_dir=job.work_dir)
         if job.state in FINAL_STATES:
             self._open.pop(job.job_id, None)
         else:
-            self._open[job.job_id] = _Seen(job.restarts, job.submitted, first, job.name, job.comment, job.partition)
+            self._open[job.job_id] = _Seen(job.restarts, job.submitted, first, job.name, job.comment, job.partition,
+                                           user_id=job.user_id, group_id=job.group_id, work_dir=job.work_dir)
 
     async def _first_submit(self, job: SqueueJob) -> dt.datetime | None:
         """The submit time of the job's first attempt (see the module docstring), or None."""
@@ -219,15 +223,15 @@ class Observer:
             return None
         return chain[0].submit
 
-    async def _paths_of(self, job_id: str, restarts: int) -> tuple[str, str]:
-        cached = self._paths.get((job_id, restarts))
-        if cached is None:
-            fields = await self.slurm.show_job(job_id) or {}  # scontrol expands the pattern on every release
-            cached = (fields.get("StdOut", ""), fields.get("StdErr", ""))
-            if len(self._paths) > 10_000:
-                self._paths.clear()
-            self._paths[(job_id, restarts)] = cached
-        return cached
+    def _paths_of(self, job: SqueueJob) -> tuple[str, str]:
+        """Where this attempt's output goes, from the very JSON entry its state came from (expanded by
+        observing.output_paths_of); remembered for the accounting path once slurmctld forgets the job."""
+        if not job.stdout:  # a pattern that cannot be expanded yet (%N before the job has nodes)
+            return self._paths.get((job.job_id, job.restarts), ("", ""))
+        if len(self._paths) > 10_000:
+            self._paths.clear()
+        self._paths[(job.job_id, job.restarts)] = (job.stdout, job.stderr)
+        return job.stdout, job.stderr
 
     # --- jobs slurmctld has forgotten -------------------------------------------------------------
 
@@ -279,7 +283,7 @@ class Observer:
         key = (record.state, "", restarts, record.nodes, record.exit_code)
         if self._last.get(record.job_id) == key:
             return
-        # Where the output went: what scontrol said while the job was listed, else what accounting
+        # Where the output went: what squeue said while the job was listed, else what accounting
         # says (StdOut/StdErr or the submit line); the detector reads that file before anything is decided.
         cached = self._paths.get((record.job_id, restarts)) or (
             self._paths.get((record.job_id, seen.restarts)) if seen else None)
@@ -288,7 +292,10 @@ class Observer:
             record.job_id, key, name=seen.name if seen else record.name, state=record.state, reason="",
             restarts=restarts, nodes=list(record.nodes), comment=seen.comment if seen else record.comment,
             partition=record.partition or (seen.partition if seen else ""), stdout=stdout, stderr=stderr,
-            exit_code=record.exit_code, submit_time=first)
+            exit_code=record.exit_code, submit_time=first,
+            user_id=record.user_id if record.user_id is not None else (seen.user_id if seen else None),
+            group_id=record.group_id if record.group_id is not None else (seen.group_id if seen else None),
+            work_dir=record.work_dir or (seen.work_dir if seen else ""))
         FROM_ACCOUNTING.labels(path).inc()
         log.info("observer: job %s attempt %d ended %s (exit code %s), from accounting (%s)", record.job_id,
                  restarts, record.state, record.exit_code, path)

@@ -19,10 +19,9 @@ from relaunch.common.errors import PermanentError, TemporaryError
 
 from ..domain.accounting import DELIMITER, AccountedAttempt, available_fields, parse_sacct
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
-from ..domain.observing import (
-    NodeCondition, Observed, observed_from_scontrol, parse_node_conditions, parse_scontrol_line,
-    usable_nodes_by_partition,
-)
+from ..domain.observing import NodeCondition, Observed, parse_node_conditions, usable_nodes_by_partition
+from ..domain.rest_values import job_of, observed_from_rest
+from ..domain.slurm_values import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,28 @@ class AccountingDisabled(PermanentError):
     """The cluster keeps no job accounting (AccountingStorageType=accounting_storage/none)."""
 
 
+def observed_or_retry(job: dict, job_id: str, seen: set[tuple[str, str]], source: str) -> Observed:
+    """observed_from_rest, or a TemporaryError naming the field it could not read (logged once per job
+    and field in `seen`): the Advice waits rather than act on a value nobody could read."""
+    try:
+        return observed_from_rest(job)
+    except (Unreadable, TypeError, ValueError) as exc:
+        field = getattr(exc, "field", type(exc).__name__)
+        if (job_id, field) not in seen:
+            if len(seen) > 10_000:
+                seen.clear()
+            seen.add((job_id, field))
+            log.warning("job %s: %s field %r cannot be read (%s): nothing is done on this job until it can",
+                        job_id, source, field, exc)
+        raise TemporaryError(f"{source} of job {job_id}: {exc}; nothing is done on it", delay=5.0) from exc
+
+
 class Slurm:
     def __init__(self, timeout_s: float = 15.0, env: dict[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
         self.env = env
         self._sacct_fields: tuple[str, ...] | None = None
+        self._unreadable_seen: set[tuple[str, str]] = set()
 
     async def _run(self, argv: list[str]) -> str:
         started = time.monotonic()
@@ -101,17 +117,28 @@ class Slurm:
         except json.JSONDecodeError as exc:
             raise TemporaryError(f"squeue --json printed something that is not JSON: {exc}") from exc
 
-    async def show_job(self, job_id: str) -> dict[str, str] | None:
+    async def show_job(self, job_id: str) -> dict | None:
+        """The job's object in `squeue --json` (the shape slurmrestd gives too), or None when the
+        controller no longer knows it. JSON, never `scontrol show job -o`: that text does not quote a
+        job's name or comment, so a name "x Requeue=0" read as Slurm's own field (docs/slurm-versions.md).
+        `scontrol --json` does not exist on 22.05, whose `squeue --json` ignores --jobs (job_of picks by id)."""
+        argv = ["squeue", "--json", "--states=all", f"--jobs={check(JOB_ID, job_id, 'job id')}"]
         try:
-            out = await self._run(["scontrol", "show", "job", "-o", check(JOB_ID, job_id, "job id")])
+            out = await self._run(argv)
         except JobGone:
             return None
-        lines = [line for line in out.splitlines() if line.startswith("JobId=")]
-        return parse_scontrol_line(lines[0]) if lines else None
+        try:
+            return job_of(json.loads(out), job_id)
+        except (json.JSONDecodeError, Unreadable) as exc:
+            raise TemporaryError(f"{' '.join(argv)}: {exc}", delay=2.0) from exc
 
     async def observe(self, job_id: str) -> Observed:
-        fields = await self.show_job(job_id)
-        return Observed.gone() if fields is None else observed_from_scontrol(fields)
+        """The job as the reconciler needs it. A field in a shape nobody knows is logged once and the
+        job is not acted on: a TemporaryError (look again later), never a guess."""
+        job = await self.show_job(job_id)
+        if job is None:
+            return Observed.gone()
+        return observed_or_retry(job, job_id, self._unreadable_seen, "squeue --json")
 
     async def accounting_fields(self) -> tuple[str, ...]:
         """The sacct fields relaunch reads that this release prints (asked once)."""

@@ -32,12 +32,9 @@ from ..domain.accounting import AccountedAttempt
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.observing import NodeCondition, Observed
 from ..domain.rest_calls import REQUEUE_SINCE, SUPPORTED, Api, RestCall, pick_api, rest_call
-from ..domain.rest_values import (
-    accounted_from_rest, error_text, first_job, node_conditions_from, observed_from_rest, output_paths_of,
-    usable_nodes_from,
-)
+from ..domain.rest_values import accounted_from_rest, error_text, first_job, node_conditions_from, usable_nodes_from
 from ..domain.slurm_values import Unreadable
-from .slurm import _PERMANENT_MARKERS, SLURM_SECONDS, AccountingDisabled, JobGone, Slurm
+from .slurm import _PERMANENT_MARKERS, SLURM_SECONDS, AccountingDisabled, JobGone, Slurm, observed_or_retry
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request (every poll) says nothing new
@@ -66,6 +63,7 @@ class SlurmRest:
         self._token: tuple[float, str] | None = None
         self._api: Api | None = None
         self._release = "unknown"
+        self._unreadable_seen: set[tuple[str, str]] = set()
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -172,22 +170,15 @@ class SlurmRest:
         except Unreadable as exc:
             raise TemporaryError(f"slurmrestd's job {job_id}: {exc}") from exc
 
-    async def show_job(self, job_id: str) -> dict[str, str] | None:
-        """The few `scontrol show job` fields the observer reads from a job: StdOut and StdErr, expanded."""
-        job = await self._job(job_id)
-        if job is None:
-            return None
-        stdout, stderr = output_paths_of(job)
-        return {"JobId": job_id, "StdOut": stdout, "StdErr": stderr}
+    async def show_job(self, job_id: str) -> dict | None:
+        """The job's object (squeue --json's shape, as the CLI adapter's show_job), or None when gone."""
+        return await self._job(job_id)
 
     async def observe(self, job_id: str) -> Observed:
         job = await self._job(job_id)
         if job is None:
             return Observed.gone()
-        try:
-            return observed_from_rest(job)
-        except Unreadable as exc:
-            raise TemporaryError(f"slurmrestd's job {job_id}: {exc}; nothing is done on it") from exc
+        return observed_or_retry(job, job_id, self._unreadable_seen, "slurmrestd's job")
 
     async def _slurmdb(self) -> str:
         api = await self.api()

@@ -31,7 +31,7 @@ from .hostlists import expand
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition", "Comment")
 """The fields every release since 22.05 prints, in the `|`-separated order older callers use."""
 ACCOUNTING_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition",
-                     "Restarts", "StdOut", "StdErr", "WorkDir", "User", "SubmitLine", "Comment")
+                     "Restarts", "StdOut", "StdErr", "WorkDir", "User", "UID", "GID", "SubmitLine", "Comment")
 """What relaunch asks for where the release has it; the first eight and Comment are required, Comment last."""
 REQUIRED_FIELDS = frozenset(SACCT_FIELDS)
 DELIMITER = "\x1f"
@@ -60,6 +60,10 @@ class AccountedAttempt:
     stdout: str = ""
     """Where the attempt's output went (expanded), or '' when sacct cannot say."""
     stderr: str = ""
+    user_id: int | None = None
+    """The job's owner (sacct's UID), primary group (GID) and working directory (WorkDir), where known."""
+    group_id: int | None = None
+    work_dir: str = ""
 
     @property
     def final(self) -> bool:
@@ -129,8 +133,14 @@ def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS, delimiter: st
             exit_code=parse_exit_code(row["ExitCode"]), submit=submitted, end=parse_sacct_time(row["End"]),
             nodes=node_list, partition=row["Partition"], comment=row["Comment"],
             restarts=int(restarts) if restarts.isdigit() else None, stdout=stdout, stderr=stderr,
+            user_id=_count(row.get("UID", "")), group_id=_count(row.get("GID", "")), work_dir=row.get("WorkDir", ""),
         ))
     return records
+
+
+def _count(value: str) -> int | None:
+    value = value.strip()
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def output_paths(row: dict[str, str], job_id: str, nodes: tuple[str, ...]) -> tuple[str, str]:

@@ -1,12 +1,14 @@
 """Turning Slurm's output into values: pure parsing, for Slurm 22.05 through 26.05.
 
 Quirks worked around here (docs/slurm-versions.md):
-- `scontrol show job -o` prints one `Key=Value` line, the same on every release; values may contain
-  spaces (Comment), so a token only starts a new key when it looks like `Key=`; we never read
-  Comment from it.
+- every fact about a job is read from Slurm's JSON (`squeue --json`, slurmrestd's jobs), never from
+  `scontrol show job -o`: that text prints a job's name right after JobId and its comment before
+  StdOut without quoting either, so a name such as "x Requeue=0" or a comment holding
+  "StdOut=/etc/shadow" read like Slurm's own fields there. In JSON a user's text is one string value.
 - `squeue --json` changed shape after 22.05 (states as lists with flags, numbers as
   {set, infinite, number}, exit codes as objects): slurm_values.py reads both. `standard_output` is
-  unexpanded on 22.05 and 26.05 (`%x-%j.out`), so expanded paths come from scontrol.
+  a pattern on 22.05 and 26.05 (`%x-%j.out`) and expanded on 24.11: output_paths_of expands it the
+  way Slurm does.
 - plain `squeue --json` lists finished jobs on 22.05 only; `--states=all` lists them on every release.
 """
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment
 
+from .accounting import expand_pattern
 from .hostlists import expand
 from .slurm_values import Unreadable, exit_code, integer, job_state, number, text
 
@@ -29,6 +32,9 @@ NOT_HOLDS = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig"
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:
+    """`scontrol show job -o` text as key -> value, first key wins. **Never read by relaunch itself**
+    (the module docstring says why: a job's name or comment can shadow any later key); kept for the
+    end-to-end tests' helper (tests/e2e/slurmjobs.py), which reads its own jobs' fields."""
     fields: dict[str, str] = {}
     key = None
     for token in line.strip().split(" "):
@@ -38,16 +44,6 @@ def parse_scontrol_line(line: str) -> dict[str, str]:
         elif key is not None and token:
             fields[key] += " " + token
     return fields
-
-
-def parse_time(value: str | None) -> dt.datetime | None:
-    """scontrol times are local wall-clock without zone; Slurm here runs in UTC (documented)."""
-    if not value or value in ("Unknown", "None", "N/A"):
-        return None
-    try:
-        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -73,41 +69,11 @@ class Observed:
     started: dt.datetime | None = None
     ended: dt.datetime | None = None
     exit_code: str = ""
-    """scontrol's `code:signal`, e.g. "1:0"."""
+    """`code:signal` as scontrol prints it, e.g. "1:0" (rest_values._code_signal)."""
 
     @classmethod
     def gone(cls) -> Observed:
         return cls(exists=False)
-
-
-def observed_from_scontrol(fields: dict[str, str]) -> Observed:
-    state = fields.get("JobState", "")
-    reason = fields.get("Reason", "")
-    exc = fields.get("ExcNodeList", "(null)")
-    nodes = fields.get("NodeList", "(null)")
-    req = fields.get("ReqNodeList", "(null)")
-    num = fields.get("NumNodes", "").split("-", 1)[0]
-    return Observed(
-        exists=True,
-        state=state,
-        reason=reason,
-        restarts=int(fields.get("Restarts", "0") or 0),
-        # Priority=0 without a hold reason is a hold, except for a job Slurm has given up on: it
-        # sets Priority=0 with Reason=BadConstraints too, and releasing that changes nothing.
-        held=state == "PENDING" and (reason in HELD_REASONS
-                                     or (fields.get("Priority") == "0" and reason.split(",", 1)[0] not in NOT_HOLDS)),
-        eligible_at=parse_time(fields.get("EligibleTime")),
-        excluded=tuple(expand(exc)) if exc not in ("(null)", "") else (),
-        nodes=tuple(expand(nodes)) if nodes not in ("(null)", "") else (),
-        requeue_allowed=fields.get("Requeue", "1") == "1",
-        partition=fields.get("Partition", ""),
-        required=tuple(expand(req)) if req not in ("(null)", "") else (),
-        num_nodes=int(num) if num.isdigit() else None,
-        submitted=parse_time(fields.get("SubmitTime")),
-        started=parse_time(fields.get("StartTime")),
-        ended=parse_time(fields.get("EndTime")),
-        exit_code=fields.get("ExitCode", ""),
-    )
 
 
 @dataclass(frozen=True)
@@ -126,7 +92,13 @@ class SqueueJob:
     submitted: dt.datetime | None = None
     """This attempt's SubmitTime (Slurm gives every requeued attempt a new one)."""
     stdout: str = ""
-    """`standard_output` when Slurm printed it expanded (24.11); '' when it holds a pattern (%j...)."""
+    """Where the job's output goes, expanded as Slurm expands it (output_paths_of); '' when unknown."""
+    stderr: str = ""
+    user_id: int | None = None
+    """The job's owner and primary group, and its working directory ('' unknown): the detector reads
+    a job's output only where this user could."""
+    group_id: int | None = None
+    work_dir: str = ""
 
     def change_key(self) -> tuple:
         return (self.state, self.reason, self.restarts, self.nodes, self.exit_code)
@@ -213,7 +185,11 @@ def _read_job(job_id: str, entry: dict) -> tuple[SqueueJob | None, list[Unreadab
         nodes = ()
     code = read("exit_code", exit_code, None) if state[0] in FINAL_STATES else None
     submitted = read("submit_time", number, None)
-    stdout = read("standard_output", text, "")
+    try:
+        stdout, stderr = output_paths_of(entry)
+    except Unreadable as exc:
+        missing.append(UnreadableField(job_id, exc.field, exc.shape, "left out"))
+        stdout = stderr = ""
     return SqueueJob(
         job_id=job_id,
         name=read("name", text, ""),
@@ -225,8 +201,32 @@ def _read_job(job_id: str, entry: dict) -> tuple[SqueueJob | None, list[Unreadab
         partition=read("partition", text, ""),
         exit_code=code,
         submitted=_epoch(submitted),
-        stdout="" if "%" in stdout else stdout,
+        stdout=stdout,
+        stderr=stderr,
+        user_id=read("user_id", number, None),
+        group_id=read("group_id", number, None),
+        work_dir=read("current_working_directory", text, ""),
     ), missing
+
+
+def output_paths_of(job: dict) -> tuple[str, str]:
+    """(stdout, stderr) of a listed job (squeue --json, slurmrestd), expanded as Slurm expands the
+    pattern ('' where it cannot be); stderr is stdout when the job names none. Unreadable when a
+    field it needs has a shape nobody knows."""
+    job_id = str(job.get("job_id", ""))
+    hosts = text(job.get("nodes"), "nodes")
+    try:
+        nodes = expand(hosts) if hosts not in ("", "(null)", "None assigned") else []
+    except ValueError as exc:
+        raise Unreadable("nodes", hosts) from exc
+    values = {"j": job_id, "J": job_id, "A": job_id, "x": text(job.get("name"), "name"),
+              "u": text(job.get("user_name"), "user_name"), "N": nodes[0] if nodes else "", "n": "0", "t": "0",
+              "s": "batch"}
+    workdir = text(job.get("current_working_directory"), "current_working_directory")
+    out = text(job.get("standard_output"), "standard_output")
+    err = text(job.get("standard_error"), "standard_error")
+    stdout = expand_pattern(out or "slurm-%j.out", values, workdir)
+    return stdout, (expand_pattern(err, values, workdir) if err else stdout)
 
 
 def opted_in_jobs(squeue_json: dict) -> list[SqueueJob]:

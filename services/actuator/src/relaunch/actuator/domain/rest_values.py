@@ -1,8 +1,9 @@
-"""slurmrestd's answers turned into the values the CLI adapter's parsers give (pure).
+"""Slurm's JSON job objects, and slurmrestd's other answers, turned into values (pure).
 
-The job listing (`GET /slurm/V/jobs/`) has the very shape of `squeue --json` (the same data_parser
-prints both), so observing.read_listing reads it unchanged. The rest is mapped here onto the same
-values as `scontrol show job`, `sinfo` and `sacct` give: Observed, NodeCondition, AccountedAttempt.
+A job object is the same in `squeue --json` (either adapter's listing, and the CLI adapter's
+observe(), docs/slurm-versions.md) and in `GET /slurm/V/job/J` (the same data_parser prints both):
+observing.read_listing and observed_from_rest read it on every release. The rest is mapped onto the
+values `sinfo` and `sacct` give: NodeCondition, AccountedAttempt.
 
 Quirks (seen on Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md, "Through slurmrestd"):
 - a requeue-held job shows `hold: true` and `state_reason: JobHeldUser` (scontrol says
@@ -22,8 +23,12 @@ from typing import Any
 
 from .accounting import AccountedAttempt, expand_pattern
 from .hostlists import expand
-from .observing import HELD_REASONS, NOT_HOLDS, NodeCondition, Observed, USABLE_NODE_STATES
+from .observing import HELD_REASONS, NOT_HOLDS, NodeCondition, Observed, USABLE_NODE_STATES, output_paths_of
 from .slurm_values import Unreadable, exit_code, job_state, number, text
+
+
+__all__ = ["accounted_from_rest", "error_text", "first_job", "job_of", "node_conditions_from", "observed_from_rest",
+           "output_paths_of", "usable_nodes_from"]
 
 
 def first_job(answer: dict) -> dict | None:
@@ -32,6 +37,19 @@ def first_job(answer: dict) -> dict | None:
     if not isinstance(jobs, list):
         raise Unreadable("jobs", jobs)
     return jobs[0] if jobs and isinstance(jobs[0], dict) else None
+
+
+def job_of(answer: dict, job_id: str) -> dict | None:
+    """The job with this id in a listing (`squeue --json --states=all --jobs=J`), or None when it is
+    not listed. Picked by id, never by position: 22.05's `squeue --json` ignores `--jobs` and lists
+    every job the controller knows."""
+    jobs = answer.get("jobs") if isinstance(answer, dict) else None
+    if not isinstance(jobs, list):
+        raise Unreadable("jobs", jobs)
+    for job in jobs:
+        if isinstance(job, dict) and str(job.get("job_id")) == job_id:
+            return job
+    return None
 
 
 def _when(value: Any, field: str) -> dt.datetime | None:
@@ -50,9 +68,14 @@ def _hosts(value: Any, field: str) -> tuple[str, ...]:
 
 
 def _code_signal(value: Any) -> str:
-    """An exit code object as scontrol prints it ("1:0", "0:9"); '' when absent."""
-    if not isinstance(value, dict):
+    """An exit code as scontrol prints it ("1:0", "0:9"), from 22.05's raw wait status (256, 9) or a
+    later release's object; '' when absent."""
+    if value is None:
         return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{(value >> 8) & 0xFF}:{value & 0x7F}"
+    if not isinstance(value, dict):
+        raise Unreadable("exit_code", value)
     code = number(value.get("return_code", {"set": False, "number": 0}), "exit_code.return_code") or 0
     signal = value.get("signal") or {}
     sig = number(signal.get("id", {"set": False, "number": 0}), "exit_code.signal.id") if isinstance(signal, dict) else 0
@@ -60,12 +83,20 @@ def _code_signal(value: Any) -> str:
 
 
 def observed_from_rest(job: dict) -> Observed:
-    """`GET /slurm/V/job/J`'s job as the reconciler sees it (the same values as observed_from_scontrol)."""
+    """A job of `squeue --json` or `GET /slurm/V/job/J`, any release, as the reconciler sees it.
+    Raises Unreadable (never guesses) when a field it reads has a shape nobody knows."""
     state, _flags = job_state(job.get("job_state"))
-    reason = text(job.get("state_reason"), "state_reason")
+    # scontrol's Reason, as the reconciler has always read it: Slurm's description where it has one
+    # (whitespace made '_': "job_requeued_in_held_state", "ReqNodeNotAvail,_UnavailableNodes:node3"),
+    # else the reason's name (tests/unit/test_slurm_releases.py checks both against scontrol's text).
+    described = text(job.get("state_description"), "state_description")
+    reason = "_".join(described.split(" ")) if described else text(job.get("state_reason"), "state_reason")
     priority = number(job.get("priority"), "priority") if job.get("priority") is not None else None
-    held = state == "PENDING" and (job.get("hold") is True or reason in HELD_REASONS
-                                   or (priority == 0 and reason.split(",", 1)[0] not in NOT_HOLDS))
+    # Priority 0 is a hold, except on a job Slurm has given up on: it sets Priority 0 with
+    # Reason=BadConstraints too, and releasing that changes nothing. 24.11 and later print `hold: true`
+    # for any Priority 0, that job included (tests/fixtures/slurm/*/show-job.json, "badconstraints").
+    held = state == "PENDING" and reason.split(",", 1)[0] not in NOT_HOLDS and (
+        job.get("hold") is True or reason in HELD_REASONS or priority == 0)
     count = job.get("node_count")
     return Observed(
         exists=True,
@@ -86,20 +117,6 @@ def observed_from_rest(job: dict) -> Observed:
         ended=None if state == "PENDING" else _when(job.get("end_time"), "end_time"),
         exit_code=_code_signal(job.get("exit_code")),
     )
-
-
-def output_paths_of(job: dict) -> tuple[str, str]:
-    """(stdout, stderr) of a listed job, expanded as scontrol shows them ('' where a pattern cannot be)."""
-    job_id = str(job.get("job_id", ""))
-    nodes = _hosts(job.get("nodes"), "nodes") if job.get("nodes") else ()
-    values = {"j": job_id, "J": job_id, "A": job_id, "x": text(job.get("name"), "name"),
-              "u": text(job.get("user_name"), "user_name"), "N": nodes[0] if nodes else "", "n": "0", "t": "0",
-              "s": "batch"}
-    workdir = text(job.get("current_working_directory"), "current_working_directory")
-    out = text(job.get("standard_output"), "standard_output")
-    err = text(job.get("standard_error"), "standard_error")
-    stdout = expand_pattern(out or "slurm-%j.out", values, workdir)
-    return stdout, (expand_pattern(err, values, workdir) if err else stdout)
 
 
 def _node_state(node: dict) -> tuple[str, ...]:
@@ -182,7 +199,7 @@ def _accounted(job: dict) -> AccountedAttempt:
         exit_code=exit_code(job.get("exit_code")), submit=submit, end=_when(times.get("end"), "time.end"),
         nodes=nodes, partition=text(job.get("partition"), "partition"), comment=comment,
         restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
-        stdout=stdout, stderr=stderr,
+        stdout=stdout, stderr=stderr, work_dir=workdir,  # slurmdbd's records name the user and group, no ids
     )
 
 
