@@ -127,9 +127,12 @@ async def test_the_same_node_in_consecutive_attempts_is_left_out(ledger, unique)
 async def test_node_history_decays_so_an_old_exclusion_weighs_too_little(ledger, unique):
     cluster = f"c{unique}"
     decider = Decider(ledger, OutboxPublisher(None, ledger))
-    # 4 days ago weighs 0.25 with the 48 h half-life, 1 h ago 0.99: 1.24, under the 1.5 that makes a suspect.
+    # 4 days ago weighs 0.25 with the 48 h half-life, 1 h ago 0.99: 1.24, under the 1.5 that makes a suspect
+    # (two different users: their exclusions would count).
     for job, hours_ago in (("7", 96), ("8", 1)):
         async with ledger.job_tx(cluster, job) as tx:
+            await tx.conn.execute("UPDATE jobs SET user_id=$3 WHERE cluster=$1 AND job_id=$2", cluster, job,
+                                  1000 + int(job))
             await tx.conn.execute(
                 "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
                 "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',$4,$4)",

@@ -236,16 +236,23 @@ async def test_application_faults_are_not_restarted_by_default(ledger, unique):
     assert await ledger.pool.fetchval("SELECT count(*) FROM advice WHERE cluster=$1", cluster) == 0
 
 
+async def excluded_by(ledger, cluster, job, user_id, nodes=("node1",), refs=()):
+    """An Advice of `job` (owned by `user_id`) that left `nodes` out, with these evidence refs."""
+    async with ledger.job_tx(cluster, job) as tx:
+        await tx.conn.execute("UPDATE jobs SET user_id=$3 WHERE cluster=$1 AND job_id=$2", cluster, job, user_id)
+        await tx.conn.execute(
+            "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
+            "evidence_refs, issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',$4,now(),now())",
+            cluster, job, list(nodes), json.dumps(list(refs)))
+
+
 async def test_node_history_across_jobs_reaches_attribution(ledger, unique):
-    """Two other jobs were restarted without node1: a third job failing on node1 excludes it too."""
+    """Two other users' jobs were restarted without node1: a third job failing on node1 excludes it too."""
     await ledger.migrate()
     cluster = f"c{unique}"
     decider = Decider(ledger, OutboxPublisher(None, ledger))
-    for job in ("7", "8"):
-        async with ledger.job_tx(cluster, job) as tx:
-            await tx.conn.execute(
-                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
-                "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, job, ["node1"])
+    for job, user in (("7", 1001), ("8", 1002)):
+        await excluded_by(ledger, cluster, job, user)
     await decider.on_job(observed(cluster, comment="relaunch:max_attempts=3"), DELIVERY)
     await decider.on_anomaly(anomaly(cluster), DELIVERY)
     row = await ledger.pool.fetchrow("SELECT exclude_nodes, evidence_refs FROM advice WHERE cluster=$1 AND job_id='5'",
@@ -260,12 +267,8 @@ async def test_exclusions_made_on_history_alone_do_not_feed_the_history(ledger, 
     cluster = f"c{unique}"
     decider = Decider(ledger, OutboxPublisher(None, ledger))
     history_only = ["anomaly:x", "node:node1:0.75:excluded for 2 other jobs in the last 24 h (1, 2)"]
-    for job in ("7", "8"):
-        async with ledger.job_tx(cluster, job) as tx:
-            await tx.conn.execute(
-                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
-                "evidence_refs, issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',$4,now(),now())",
-                cluster, job, ["node1"], json.dumps(history_only))
+    for job, user in (("7", 1001), ("8", 1002)):
+        await excluded_by(ledger, cluster, job, user, refs=history_only)
     await decider.on_job(observed(cluster, comment="relaunch:max_attempts=3"), DELIVERY)
     await decider.on_anomaly(anomaly(cluster), DELIVERY)
     row = await ledger.pool.fetchrow("SELECT exclude_nodes FROM advice WHERE cluster=$1 AND job_id='5'", cluster)
@@ -274,13 +277,10 @@ async def test_exclusions_made_on_history_alone_do_not_feed_the_history(ledger, 
     async with ledger.job_tx(cluster, "8") as tx:
         await tx.conn.execute("UPDATE advice SET evidence_refs=$3 WHERE cluster=$1 AND job_id=$2",
                               cluster, "8", json.dumps(direct))
-    async with ledger.job_tx(cluster, "9") as tx:
-        await tx.conn.execute(
-            "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
-            "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, "9", ["node1"])
+    await excluded_by(ledger, cluster, "9", 1003)
     async with ledger.job_tx(cluster, "5") as tx:
         history = await tx.node_history(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
-    assert sorted(job for job, _ in history["node1"]) == ["8", "9"], history
+    assert sorted(e.job for e in history["node1"]) == ["8", "9"], history
 
 
 async def test_an_operator_switch_to_observe_stops_advice(ledger, unique):
@@ -304,11 +304,8 @@ async def test_a_cleared_node_s_history_is_forgotten_by_the_decider(ledger, uniq
     await ledger.migrate()
     cluster = f"c{unique}"
     decider = Decider(ledger, OutboxPublisher(None, ledger))
-    for job in ("7", "8"):
-        async with ledger.job_tx(cluster, job) as tx:
-            await tx.conn.execute(
-                "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
-                "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, job, ["node1"])
+    for job, user in (("7", 1001), ("8", 1002)):
+        await excluded_by(ledger, cluster, job, user)
     await ledger.pool.execute("INSERT INTO node_events (cluster, node, verdict, reasons, at) "
                               "VALUES ($1,'node1','failed','[\"GPU 2: XID 79\"]', now())", cluster)
     cleared = await OverrideStore(ledger.pool).clear_node(cluster, "node1", "GPU 2 reseated", "ana")
@@ -322,10 +319,7 @@ async def test_a_cleared_node_s_history_is_forgotten_by_the_decider(ledger, uniq
     row = await ledger.pool.fetchrow("SELECT exclude_nodes FROM advice WHERE cluster=$1 AND job_id='5'", cluster)
     assert row["exclude_nodes"] == []
     # Exclusions after the clearance count again.
-    async with ledger.job_tx(cluster, "9") as tx:
-        await tx.conn.execute(
-            "INSERT INTO advice (cluster, job_id, generation, attempt, operation, exclude_nodes, reason, "
-            "issued_at, expires_at) VALUES ($1,$2,1,0,'restart',$3,'r',now(),now())", cluster, "9", ["node1"])
+    await excluded_by(ledger, cluster, "9", 1003)
     async with ledger.job_tx(cluster, "5") as tx:
         history = await tx.node_history(["node1"], dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
-    assert [job for job, _ in history["node1"]] == ["9"]
+    assert [e.job for e in history["node1"]] == ["9"]

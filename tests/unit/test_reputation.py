@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from relaunch.decider.domain.reputation import HALF_LIFE, HISTORY_WEIGHT, history_weight, horizon
+from relaunch.decider.domain.reputation import HALF_LIFE, HISTORY_WEIGHT, Exclusion, history_weight, horizon
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -18,12 +18,13 @@ def test_an_exclusion_now_weighs_one_and_halves_every_half_life():
 
 
 def test_each_job_counts_once_by_its_latest_exclusion_newest_first():
-    weight, jobs = history_weight([("7", NOW - HALF_LIFE), ("7", NOW), ("8", NOW - HALF_LIFE)], NOW)
-    assert (weight, jobs) == (1.5, ("7", "8"))
+    entries = [Exclusion("7", NOW - HALF_LIFE, 1, True), Exclusion("7", NOW, 1, True),
+               Exclusion("8", NOW - HALF_LIFE, 2, True)]
+    assert history_weight(entries, NOW) == (1.5, ("7", "8"))
 
 
 def test_two_exclusions_within_a_day_reach_the_threshold_and_a_week_later_they_do_not():
-    two = [("7", NOW - dt.timedelta(hours=20)), ("8", NOW)]
+    two = [Exclusion("7", NOW - dt.timedelta(hours=20), 1), Exclusion("8", NOW, 2)]
     assert history_weight(two, NOW)[0] >= HISTORY_WEIGHT
     assert history_weight(two, NOW + dt.timedelta(days=7))[0] < 0.2
 

@@ -140,8 +140,8 @@ class Decider:
         JobTx, the verdict) of those judged, and each one that must wait put in `waiting` by index. Each
         decision's node history has the exclusions of the batch's decisions before it, as one at a time."""
         judged = []
-        # cluster -> node -> (job, when) of the exclusions of the batch's decisions so far, newest first
-        excluded: dict[str, dict[str, list[tuple[str, dt.datetime]]]] = {}
+        # cluster -> node -> the exclusions of the batch's decisions so far (reputation.Exclusion), newest first
+        excluded: dict[str, dict[str, list[reputation.Exclusion]]] = {}
         for i, ((anomaly, delivery, _), (tx, history, override, events, node_history)) in enumerate(
                 zip(pending, reads, strict=True)):
             node_history = reputation.with_exclusions(node_history, excluded.get(anomaly.cluster, {}))
@@ -154,8 +154,11 @@ class Decider:
             if verdict is None or verdict[1].kind not in ("restart", "terminate"):
                 continue
             for node in verdict[1].exclude_nodes:
-                if reputation.counts_in_history(node, (r for s in verdict[2] if s.node == node for r in s.reasons)):
-                    excluded.setdefault(anomaly.cluster, {}).setdefault(node, []).insert(0, (anomaly.job_id, now))
+                found = [s for s in verdict[2] if s.node == node]
+                if reputation.counts_in_history(node, (r for s in found for r in s.reasons)):
+                    exclusion = reputation.Exclusion(anomaly.job_id, now, tx.row.get("user_id"),
+                                                     any(s.corroborated for s in found))
+                    excluded.setdefault(anomaly.cluster, {}).setdefault(node, []).insert(0, exclusion)
         return judged
 
     async def _alone(self, item: Pending, future: asyncio.Future[Advice | None]) -> None:
@@ -217,7 +220,8 @@ class Decider:
         job_nodes = list(record.nodes if record is not None and record.nodes else anomaly.nodes)
         suspects = attribution.attribute(anomaly, job_nodes, events, now, node_history=node_history,
                                          previous=history.implicated(anomaly.attempt - 1),
-                                         ib_pair=policy.ib_pair, half_life=self.half_life)
+                                         ib_pair=policy.ib_pair, half_life=self.half_life,
+                                         slurm_state=record.state if record is not None else "")
         return policy, decide(history, anomaly, policy, now, suspects), suspects
 
     async def _record(self, tx: JobTx, anomaly: AnomalyDetected, policy: Policy, decision: Decision,

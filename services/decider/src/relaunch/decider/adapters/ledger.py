@@ -31,6 +31,8 @@ from relaunch.common.schemas import (
 from ..domain.attribution import NodeEvent
 from ..domain.history import AttemptRecord, History, RestartRecord
 from ..domain.policy import Policy
+from ..domain.reputation import Exclusion
+from .node_evidence import evidence, evidence_of
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +168,7 @@ class Ledger:
                     a, read = anomalies[r["i"]], reads[r["i"]]
                     tx = JobTx(conn, a.cluster, a.job_id, dict(r["job"]))
                     tx.inserted, tx.trace = r["inserted"], (traceparents[r["i"]],)
-                    items.append((tx, _history(tx.row, read), _override(read["override"]), *_evidence_of(read)))
+                    items.append((tx, _history(tx.row, read), _override(read["override"]), *evidence_of(read)))
                 yield BatchTx(conn, items)
 
     async def record_observation(self, obs: JobObserved, policy: Policy) -> None:
@@ -179,7 +181,7 @@ class Ledger:
                 json.dumps(optin.options), json.dumps(list(policy.option_errors)),
                 "observe" if policy.observe_only else "act", obs.reason, policy.name,
                 json.dumps(policy.as_dict()), obs.partition_nodes, obs.observed_at, obs.submit_time,
-                SUBMIT_TIME_SLACK_S)
+                SUBMIT_TIME_SLACK_S, obs.user_id)
         if not policy.option_errors:
             # The usual case, one round trip (migration 0011): the job on record, its rows written.
             with postgres_outage():
@@ -291,37 +293,10 @@ where five SELECTs were five."""
 _OVERRIDE = """(SELECT ROW(mode, reason, actor) FROM operator_overrides WHERE cluster=$1 AND job_id=$2
                 ORDER BY at DESC, id DESC LIMIT 1) AS override"""
 
-_EVIDENCE = """ARRAY(SELECT ROW(node, verdict, reasons, at) FROM node_events e
-          WHERE cluster=$1 AND node = ANY(:nodes) AND at >= :events_since
-            AND at > COALESCE((SELECT max(c.at) FROM node_clearances c WHERE c.cluster=$1 AND c.node=e.node),
-                              '-infinity')
-          ORDER BY at) AS events,
-    ARRAY(SELECT ROW(n, job_id, max(issued_at)) FROM advice, unnest(exclude_nodes) AS n
-          WHERE cluster=$1 AND job_id <> $2 AND issued_at >= :history_since AND exclude_nodes && :nodes
-            AND n = ANY(:nodes)
-            AND issued_at > COALESCE((SELECT max(c.at) FROM node_clearances c
-                                      WHERE c.cluster=$1 AND c.node=n), '-infinity')
-            AND NOT (
-              EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
-                      WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
-                        AND split_part(r, ':', 4) LIKE 'excluded for %')
-              AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(evidence_refs) r
-                              WHERE split_part(r, ':', 1) = 'node' AND split_part(r, ':', 2) = n
-                                AND split_part(r, ':', 4) NOT LIKE 'excluded for %'))
-          GROUP BY n, job_id) AS history"""
-"""The nodes' health events and their exclusions by other jobs (`JobTx.node_evidence`), as two columns;
-:nodes, :events_since and :history_since are filled in by the statement that uses them."""
-
-
-def _evidence(nodes: str, events_since: str, history_since: str) -> str:
-    return (_EVIDENCE.replace(":nodes", nodes).replace(":events_since", events_since)
-            .replace(":history_since", history_since))
-
-
-_NODE_EVIDENCE = "SELECT " + _evidence("$3::text[]", "$4", "$5")
+_NODE_EVIDENCE = "SELECT " + evidence("$3::text[]", "$4", "$5")
 """node_events and node_history (JobTx) in one statement: $3 the nodes, $4 events since, $5 history since."""
 
-_DECISION_READ = (f"{_HISTORY}, {_OVERRIDE}, " + _evidence(
+_DECISION_READ = (f"{_HISTORY}, {_OVERRIDE}, " + evidence(
     # The attempt's nodes as the ledger knows them, else the anomaly's ($4): what the caller attributes.
     # (cast, so that ANY() takes it for an array, not for a subquery's rows)
     "(SELECT COALESCE((SELECT nodes FROM attempts WHERE cluster=$1 AND job_id=$2 AND idx=$3"
@@ -330,7 +305,8 @@ _DECISION_READ = (f"{_HISTORY}, {_OVERRIDE}, " + _evidence(
 override and the node evidence ($3 the attempt, $4 the anomaly's nodes, $5 events since, $6 history
 since)."""
 
-_OBSERVE_JOB = "SELECT observe_job(" + ",".join(f"${i}" for i in range(1, 21)) + ")"
+_OBSERVE_JOB = "SELECT observe_job(" + ",".join(f"${i}" for i in range(1, 22)) + ")"
+"""observe_job with the job's owner (migration 0012)."""
 
 _TAKE_ANOMALY = "SELECT job, inserted FROM take_anomaly($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
 
@@ -371,14 +347,6 @@ def _anomaly_args(a: AnomalyDetected) -> tuple:
     return (a.anomaly_id, a.cluster, a.job_id, a.attempt, a.kind, a.source, a.signature_id, a.category,
             a.fault_domain, a.action, a.summary, a.nodes, json.dumps([e.model_dump() for e in a.evidence]),
             a.detected_at, a.last_step, a.exit_code)
-
-
-def _evidence_of(row) -> tuple[list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
-    events = [NodeEvent(node, verdict, tuple(json.loads(reasons)), at) for node, verdict, reasons, at in row["events"]]
-    out: dict[str, tuple[tuple[str, object], ...]] = {}
-    for node, job_id, at in row["history"]:
-        out[node] = out.get(node, ()) + ((job_id, at),)
-    return events, out
 
 
 class _Writes:
@@ -587,29 +555,25 @@ class JobTx:
         return _history(self.row, await self.conn.fetchrow(_HISTORY, self.cluster, self.job_id))
 
     async def read_for(self, anomaly: AnomalyDetected, events_since, history_since) -> tuple[
-            History, tuple[str, str] | None, list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
+            History, tuple[str, str] | None, list[NodeEvent], dict[str, tuple[Exclusion, ...]]]:
         """The history, the operator override in force (mode, reason; None when there is none) and
         `node_evidence`, in one round trip, for the nodes a decision on `anomaly` attributes: its
         attempt's as the ledger knows them, else the anomaly's own."""
         row = await self.conn.fetchrow(_DECISION_READ, self.cluster, self.job_id, anomaly.attempt, anomaly.nodes,
                                        events_since, history_since)
-        return (_history(self.row, row), _override(row["override"])) + _evidence_of(row)
+        return (_history(self.row, row), _override(row["override"])) + evidence_of(row)
 
     async def node_evidence(self, nodes: list[str], events_since, history_since) -> tuple[
-            list[NodeEvent], dict[str, tuple[tuple[str, object], ...]]]:
+            list[NodeEvent], dict[str, tuple[Exclusion, ...]]]:
         """`node_events` and `node_history` of the same nodes, in one round trip."""
-        return _evidence_of(await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since,
+        return evidence_of(await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since,
                                                      history_since))
 
-    async def node_history(self, nodes: list[str], since) -> dict[str, tuple[tuple[str, object], ...]]:
-        """node -> (job, issued_at) of each Advice of ANOTHER job of this cluster that excluded it since
-        `since` (attribution applies the window itself; the query only keeps the read small). The overlap
-        test (&&) lets the GIN index of migration 0008 find the rows instead of scanning every recent Advice.
-        Exclusions before the node's newest clearance (migration 0009) are forgotten.
-
-        An exclusion made on history alone (the node's only evidence ref is the history rule's "excluded
-        for N other jobs") does not count: otherwise a node, once over the threshold, would be excluded by
-        every later failing job and each of those exclusions would keep it there (a feedback loop)."""
+    async def node_history(self, nodes: list[str], since) -> dict[str, tuple[Exclusion, ...]]:
+        """node -> reputation.Exclusion (job, issued_at, its owner, corroborated) of each Advice of ANOTHER
+        job of this cluster that excluded it since `since` (attribution applies the window itself; the
+        query only keeps the read small), after the node's newest clearance, not counting exclusions
+        made on history alone (node_evidence.py)."""
         return (await self.node_evidence(nodes, since, since))[1]
 
     async def save_suspects(self, attempt: int, suspects, excluded, anomaly_id: str, at) -> None:
