@@ -86,7 +86,7 @@ async def detector_worker(args: argparse.Namespace) -> dict:
     bus = await Bus.connect(env["RELAUNCH_NATS_URL"], "bench-failure-cpu")
     state = HotState(env["RELAUNCH_REDIS_URL"])
     cluster = env.get("RELAUNCH_CLUSTER", "bench")
-    follower = Follower(bus, state, cluster, 0.1, batch_bytes=65536)
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=65536, log_roots=("/",))
     tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
     detector = Detector(bus, state, follower, builtin_catalogue(), grace_s=2.0, tracker=tracker)
     delivery = Delivery("bench", 1, 1)
@@ -101,7 +101,8 @@ async def detector_worker(args: argparse.Namespace) -> dict:
         for j in quiet:  # followed, their files empty (bench/load.py's jobs print nothing)
             Path(path[j.job_id]).touch()
         await _chunks(lambda j: state.track(cluster, j.job_id, {"attempt": "0", "stdout": path[j.job_id],
-                                                                "stderr": path[j.job_id], "state": "RUNNING"}),
+                                                                "stderr": path[j.job_id], "state": "RUNNING",
+                                                                "uid": str(os.geteuid())}),
                       quiet, 512)
         await _chunks(lambda j: detector.on_job(loadgen.observed(cluster, j, "RUNNING", stdout=path[j.job_id]),
                                                 delivery), jobs, 512)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import json
 import multiprocessing as mp
 import time
@@ -45,7 +46,8 @@ def observed(cluster: str, job: Job, state: str, exit_code: int | None = None, s
     return JobObserved(cluster=cluster, job_id=job.job_id, name=f"load-{job.job_id}", state=state,
                        reason="None" if state == "RUNNING" else "NonZeroExitCode", restarts=0,
                        nodes=list(job.nodes), comment="relaunch", partition="gpu", stdout=stdout, stderr=stdout,
-                       exit_code=exit_code, observed_at=dt.datetime.now(dt.UTC))
+                       exit_code=exit_code, observed_at=dt.datetime.now(dt.UTC), user_id=os.geteuid(),
+                       group_id=os.getegid())
 
 
 def ib_failure(cluster: str, job: Job) -> LogBatch:

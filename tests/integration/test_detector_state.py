@@ -1,6 +1,7 @@
 """The detector's follower and handlers against real Redis and NATS."""
 
 import datetime as dt
+import os
 
 import pytest
 
@@ -38,7 +39,7 @@ async def parts(test_stack, unique):
     bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
     state = HotState(test_stack["RELAUNCH_REDIS_URL"])
     cluster = f"c{unique}"
-    follower = Follower(bus, state, cluster, 0.1, batch_bytes=64)
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=64, log_roots=("/",))
     tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())
     detector = Detector(bus, state, follower, builtin_catalogue(), grace_s=0.5, tracker=tracker)
     yield cluster, bus, state, follower, detector
@@ -48,7 +49,8 @@ async def parts(test_stack, unique):
 
 def obs(cluster, path, state="RUNNING", restarts=0, age_s=0.0):
     return JobObserved(cluster=cluster, job_id="3", state=state, restarts=restarts, nodes=["node2"], stdout=str(path),
-                       stderr=str(path), observed_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age_s))
+                       stderr=str(path), observed_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age_s),
+                       user_id=os.geteuid(), group_id=os.getegid())
 
 
 async def test_follower_publishes_each_line_once_in_small_batches(parts, tmp_path):

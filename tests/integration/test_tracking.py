@@ -2,6 +2,7 @@
 detector replicas sweeping the same deadlines only one reports the hang."""
 
 import datetime as dt
+import os
 
 import pytest
 
@@ -179,8 +180,8 @@ async def followed_job_with_steps(tracker: ProgressTracker, bus: Bus, state: Hot
     already handled; returns the time of the last one."""
     log_file.write_text("")
     await state.track(cluster, job, {"attempt": "0", "nodes": '["node4"]', "stdout": str(log_file),
-                                     "stderr": str(log_file)})
-    tracker.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536).read_job
+                                     "stderr": str(log_file), "uid": str(os.geteuid())})
+    tracker.last_look = Follower(bus, state, cluster, 0.1, batch_bytes=65536, log_roots=("/",)).read_job
     for it in range(1, 9):
         await tracker.on_batch(LogBatch(cluster=cluster, job_id=job, attempt=0, path=str(log_file),
                                         offset=it * 100, lines=[line(it)], read_at=T0 + dt.timedelta(seconds=it)))

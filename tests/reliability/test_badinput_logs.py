@@ -48,10 +48,11 @@ async def test_the_follower_and_scanner_survive_hostile_logs_and_still_find_the_
     cluster, job = f"c{unique}", "4711"
     bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
     state = HotState(test_stack["RELAUNCH_REDIS_URL"])
-    follower = Follower(bus, state, cluster, 0.1, DetectorSettings().batch_bytes)
+    follower = Follower(bus, state, cluster, 0.1, DetectorSettings().batch_bytes, log_roots=("/",))
     catalogue = load_catalogue([])
     try:
-        await state.track(cluster, job, {"stdout": str(path), "attempt": "0", "nodes": "node1"})
+        await state.track(cluster, job, {"stdout": str(path), "attempt": "0", "nodes": "node1",
+                                            "uid": str(os.geteuid())})
         sub = await bus.js.subscribe(subjects.signal_log(cluster, job), stream=subjects.SIGNALS.name,
                                      ordered_consumer=True)
         t0 = time.monotonic()
