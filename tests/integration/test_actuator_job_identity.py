@@ -89,3 +89,41 @@ async def test_unknown_submit_times_match_the_job_on_record(ledger, unique):
     row = await ledger.pool.fetchrow("SELECT submit_time, state FROM jobs WHERE cluster=$1 AND job_id='5'", cluster)
     assert (row["submit_time"], row["state"]) == (FIRST, "FAILED")
     assert await ledger.pool.fetchval("SELECT count(*) FROM jobs WHERE cluster=$1", cluster) == 1
+
+
+async def test_the_slurm_adapter_reads_a_job_as_slurm_structured_it_whatever_its_name(test_stack):
+    """Issue 35: on the real cluster, a name and a comment that `scontrol show job -o` would print where
+    Slurm's own Requeue, Restarts and StdOut fields follow are read as text: the job may be requeued,
+    has restarted 0 times, and its output is where Slurm wrote it; the listing says whose job it is."""
+    import asyncio
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from relaunch.actuator.adapters.slurm import Slurm
+    from relaunch.actuator.domain.observing import output_paths_of, read_listing
+
+    name, comment = "x Requeue=0 Restarts=zz", "relaunch StdOut=/etc/shadow"
+    jobs = Path(test_stack["RELAUNCH_RUN_DIR"]) / "jobs"
+    jobs.mkdir(exist_ok=True)
+    job = subprocess.run(["sbatch", "--parsable", f"--job-name={name}", f"--comment={comment}",
+                          "-o", str(jobs / "%x-%j.out"), "--wrap", "echo '[train] step 1'"],
+                         check=True, capture_output=True, text=True, cwd=jobs).stdout.strip().split(";")[0]
+    slurm = Slurm()
+    try:
+        for _ in range(200):
+            observed = await slurm.observe(job)
+            if observed.state == "COMPLETED":
+                break
+            await asyncio.sleep(0.3)
+        assert observed.state == "COMPLETED", observed
+        assert observed.requeue_allowed and observed.restarts == 0 and observed.exit_code == "0:0"
+        expected = str(jobs / f"{name}-{job}.out")
+        assert output_paths_of(await slurm.show_job(job)) == (expected, expected)
+        assert "[train] step 1" in Path(expected).read_text()
+        (seen,) = [j for j in read_listing(await slurm.list_jobs()).jobs if j.job_id == job]
+        assert (seen.name, seen.comment, seen.restarts, seen.stdout) == (name, comment, 0, expected)
+        assert (seen.user_id, seen.group_id, seen.work_dir) == (os.getuid(), os.getgid(), str(jobs))
+        assert not (await slurm.observe("9999999")).exists
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
