@@ -113,3 +113,18 @@ async def test_a_gpu_probe_reading_corroborates_one_users_failures(ledger, uniqu
     await fail(decider, segfault(cluster, "43", ["node2", "node3"]), ["node2", "node3"], ROOT)
     nodes, refs = await excluded(ledger, cluster, "43")
     assert nodes == ["node2"] and "2 corroborated by gpu-probe or Slurm" in refs and "gpu-probe: failed" not in refs
+
+
+async def test_an_observation_without_the_owner_keeps_the_known_one(ledger, unique):
+    """An actuator of an older release sends no user_id, and a decider of the release before calls the
+    20-argument observe_job (migration 0012 keeps it): neither forgets an owner already known."""
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, "51", ["node1"], ALICE), DELIVERY)
+    await decider.on_job(observed(cluster, "51", ["node1"], None), DELIVERY)
+    assert await ledger.pool.fetchval(
+        "SELECT observe_job($1, '51', 0, 'RUNNING', '{node1}', NULL, NULL, 'train', 'relaunch:max_attempts=4', "
+        "'gpu', '{}', '[]', 'act', '', 'default', '{}', NULL, now(), NULL, 1.0)", cluster)
+    assert await ledger.pool.fetchval("SELECT user_id FROM jobs WHERE cluster=$1 AND job_id='51'", cluster) == ALICE
+    await decider.on_job(observed(cluster, "52", ["node1"], None), DELIVERY)
+    assert await ledger.pool.fetchval("SELECT user_id FROM jobs WHERE cluster=$1 AND job_id='52'", cluster) is None
