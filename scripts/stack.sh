@@ -184,9 +184,11 @@ export RELAUNCH_CLUSTER=$CLUSTER
 export RELAUNCH_RUN_DIR=$RUN
 export RELAUNCH_PORT_BASE=$B
 export RELAUNCH_API_TOKEN_FILE=$RUN/api-token
-# NATS user of the CLI and the SDK (progress, relaunch inject, events tail); services get their own.
+# NATS user of the CLI and the SDK (progress, events tail); services get their own.
 export RELAUNCH_NATS_USER=cli
 export RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/cli.pass
+# relaunch inject (demo faults) connects as the operator user: cli may not (docs/security.md, "Who may inject").
+export RELAUNCH_INJECT_NATS_PASSWORD_FILE=$RUN/creds/operator.pass
 export RELAUNCH_SLURM=${SLURM_RELEASE:-host}
 export RELAUNCH_SLURM_API=$SLURM_API
 ENV
@@ -674,8 +676,10 @@ services_up() {
   local i=0
   for n in "${NODES[@]}"; do
     i=$((i + 1))
-    HOST=$n RELAUNCH_PROBE_HEALTH_PORT=$((HEALTH_PROBE0 + i)) start_service "gpu-probe-$n" \
-      "http://127.0.0.1:$((HEALTH_PROBE0 + i))/healthz" "$PY" -m relaunch.gpu_probe --node "$n"
+    # No GPUs here: the fake backend, asked for by name and confirmed (it obeys relaunch inject;
+    # everywhere else the probe reads NVML: docs/operator-guide.md, "gpu-probe").
+    HOST=$n RELAUNCH_PROBE_HEALTH_PORT=$((HEALTH_PROBE0 + i)) RELAUNCH_PROBE_BACKEND=fake RELAUNCH_PROBE_ALLOW_FAKE=1 \
+      start_service "gpu-probe-$n" "http://127.0.0.1:$((HEALTH_PROBE0 + i))/healthz" "$PY" -m relaunch.gpu_probe --node "$n"
   done
   local name url host
   for entry in "${STARTED[@]}"; do

@@ -1,7 +1,10 @@
-"""`relaunch inject` against a probe running in-process with the fake backend, over the test stack's NATS:
-an injected XID 79 is published at once as a failed NodeHealth that names it."""
+"""`relaunch inject` against a probe running in-process with the fake backend, over the test stack's NATS
+(with its NATS users and permissions): an injected XID 79, sent as the operator identity, is published at
+once as a failed NodeHealth that names it; the shared `cli` user, which every training process holds,
+is refused by NATS and the probe hears nothing (issue 35, docs/security.md "Who may inject")."""
 
 import asyncio
+from pathlib import Path
 
 import nats
 import pytest
@@ -28,8 +31,11 @@ async def next_health(queue: asyncio.Queue, predicate, timeout: float) -> NodeHe
                 return health
 
 
-async def test_an_injected_xid_79_is_published_at_once_as_failed(test_stack, unique):
+async def test_an_injected_xid_79_is_published_at_once_as_failed(test_stack, unique, monkeypatch):
     url = test_stack["RELAUNCH_NATS_URL"]
+    creds = Path(test_stack["RELAUNCH_NATS_PASSWORD_FILE"]).parent
+    # As the local stack's .run/env has it: injections go as the operator user.
+    assert test_stack["RELAUNCH_INJECT_NATS_PASSWORD_FILE"] == str(creds / "operator.pass")
     cluster, node = f"c{unique}", "node2"
     bus = await Bus.connect(url, f"probe-{unique}")
     probe = Probe(bus, FakeNvml(8), ProbeConfig(cluster=cluster, node=node, expected_gpus=8, interval_s=INTERVAL_S,
@@ -61,6 +67,15 @@ async def test_an_injected_xid_79_is_published_at_once_as_failed(test_stack, uni
 
         code, message = await inject.send("clear", "node9", cluster=cluster, nats_url=url, timeout_s=0.5)
         assert code == inject.EXIT_NO_PROBE, "no probe runs for node9"
+
+        # The shared cli user (training code holds it): NATS refuses the request, the probe never hears it.
+        monkeypatch.delenv("RELAUNCH_INJECT_NATS_PASSWORD_FILE")
+        monkeypatch.setenv("RELAUNCH_NATS_USER", "cli")
+        monkeypatch.setenv("RELAUNCH_NATS_PASSWORD_FILE", str(creds / "cli.pass"))
+        code, message = await inject.send("xid", node, code=48, gpu=2, cluster=cluster, nats_url=url, timeout_s=1)
+        assert code == inject.EXIT_USAGE and "only the operator identity may inject" in message, message
+        with pytest.raises(TimeoutError):
+            await next_health(seen, lambda h: any(x.code == 48 for x in h.xids), timeout=1.5)
     finally:
         stop.set()
         for task in tasks:

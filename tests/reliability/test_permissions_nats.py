@@ -212,7 +212,7 @@ async def test_a_probe_publishes_and_answers_only_for_its_own_node(server):
     errors: list[str] = []
     probe.nc._error_cb = _collect(errors)
     client = Client(probe.nc, errors)
-    cli = await Client.connect(server, "cli")
+    cli = await Client.connect(server, natsauth.OPERATOR)  # who may inject (docs/security.md)
     try:
         health = NodeHealth(cluster=CLUSTER, node="node1", verdict="healthy", backend="fake", at=NOW)
         assert await probe.publish(subjects.signal_node(CLUSTER, "node1"), health)
@@ -233,25 +233,30 @@ async def test_a_probe_publishes_and_answers_only_for_its_own_node(server):
         reply = await request_once_served(cli, subjects.control_inject(CLUSTER, "node1"), b"{}")
         assert reply.data == b"ok"
         # ...but not publish to another user's inbox on its own.
-        await probe.nc.publish("_INBOX_cli.forged", b"x")
+        await probe.nc.publish("_INBOX_operator.forged", b"x")
         await probe.nc.flush()
-        assert await client.refused("publish", "_INBOX_cli.forged")
+        assert await client.refused("publish", "_INBOX_operator.forged")
     finally:
         await probe.close()
         await cli.close()
 
 
-async def test_a_probe_answers_the_clis_inject_request_through_its_faststream_router(server):
+async def test_a_probe_answers_the_operators_inject_request_through_its_faststream_router(server):
     """The declared responder (consumers.PROBE_INJECT) as the probe runs it, as its own NATS user: the
-    reply reaches the CLI's private inbox (`_INBOX_cli.`), which only allow_responses lets it publish to."""
+    reply reaches the operator's private inbox (`_INBOX_operator.`), which only allow_responses lets it
+    publish to. The shared `cli` user, which every training process holds, may not inject (issue 35)."""
     bus = await bus_as(server, "gpu-probe-node1")
     probe = Probe(bus, FakeNvml(8), ProbeConfig(cluster=CLUSTER, node="node1", expected_gpus=8, interval_s=60))
-    cli = await Client.connect(server, "cli")
+    cli = await Client.connect(server, natsauth.OPERATOR)
+    training = await Client.connect(server, "cli")
     try:
         await bus.serve(probe_router(probe))
         request = FaultInjection(cluster=CLUSTER, node="node1", fault="ecc", gpu=2, requested_at=NOW)
+        await training.nc.publish(subjects.control_inject(CLUSTER, "node1"), dump(request), reply="_INBOX_cli.x")
+        await training.nc.flush()
+        assert await training.refused("publish", subjects.control_inject(CLUSTER, "node1"))
         reply = await request_once_served(cli, subjects.control_inject(CLUSTER, "node1"), dump(request))
-        assert reply.subject.startswith(f"{natsauth.inbox_prefix('cli')}.")
+        assert reply.subject.startswith(f"{natsauth.inbox_prefix(natsauth.OPERATOR)}.")
         ack = InjectionAck.model_validate_json(reply.data)
         assert ack.accepted and (ack.cluster, ack.node) == (CLUSTER, "node1"), ack
         refused = InjectionAck.model_validate_json(
@@ -260,6 +265,7 @@ async def test_a_probe_answers_the_clis_inject_request_through_its_faststream_ro
     finally:
         await bus.close()
         await cli.close()
+        await training.close()
 
 
 async def test_the_apis_live_reader_is_a_faststream_subscriber_its_user_may_run(server):

@@ -63,3 +63,35 @@ def test_probe_settings_refuse_unknown_keys_and_backends(monkeypatch):
     monkeypatch.setenv("RELAUNCH_PROBE_INTERVAL", "5")
     with pytest.raises(SettingsError, match="RELAUNCH_PROBE_INTERVAL"):
         load_settings(ProbeSettings)
+
+
+# -- which backend a probe runs (issue 35: the fake one obeys `relaunch inject`) ---------------------
+
+
+def test_the_default_backend_is_nvml(monkeypatch):
+    for name in ("RELAUNCH_PROBE_BACKEND", "RELAUNCH_PROBE_ALLOW_FAKE"):
+        monkeypatch.delenv(name, raising=False)
+    assert load_settings(ProbeSettings).backend == "nvml"
+
+
+def test_the_fake_backend_needs_its_name_and_a_confirmation():
+    from relaunch.gpu_probe.adapters.fake_nvml import FakeNvml
+    from relaunch.gpu_probe.main import make_backend
+
+    with pytest.raises(SettingsError, match="RELAUNCH_PROBE_ALLOW_FAKE=1") as refused:
+        make_backend(ProbeSettings(backend="fake"))
+    assert "relaunch inject" in str(refused.value)
+    assert isinstance(make_backend(ProbeSettings(backend="fake", allow_fake=True)), FakeNvml)
+
+
+def test_a_probe_told_only_backend_fake_exits_2_and_says_what_to_do():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAUNCH_")}
+    env.update(RELAUNCH_PROBE_BACKEND="fake", RELAUNCH_NATS_URL=NOWHERE, RELAUNCH_CLUSTER="c1")
+    out = subprocess.run([sys.executable, "-m", "relaunch.gpu_probe", "--node", "node1"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "RELAUNCH_PROBE_ALLOW_FAKE=1" in out.stderr and "Traceback" not in out.stderr

@@ -2,14 +2,21 @@
 
 The request is a plain NATS request/reply on `subjects.control_inject(cluster, node)`, so the command
 knows whether a probe heard it. Exit codes (as the rest of the CLI): 0 the probe applied the fault,
-2 bad arguments or the probe refused them (e.g. it reads a real GPU), 3 no probe answered in time or
-NATS is unreachable. Reads RELAUNCH_NATS_URL and RELAUNCH_CLUSTER.
+2 bad arguments, the probe refused them (e.g. it reads a real GPU) or NATS refused this user the
+request, 3 no probe answered in time or NATS is unreachable. Reads RELAUNCH_NATS_URL and RELAUNCH_CLUSTER.
+
+Who may inject (docs/security.md, "Who may inject"): only the operator identity, the NATS user
+`operator` (relaunch.common.natsauth.OPERATOR), never the shared `cli` user that every training
+process holds. The command connects as RELAUNCH_INJECT_NATS_USER (default `operator`) with the password
+in RELAUNCH_INJECT_NATS_PASSWORD_FILE when that is set (the local stack's .run/env sets it), else as
+the RELAUNCH_NATS_* user; and only a probe running the fake backend applies a fault at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from enum import StrEnum
 
 import nats
@@ -20,7 +27,7 @@ from rich.console import Console
 
 from relaunch.common import subjects
 from relaunch.common.schemas import FaultInjection, InjectionAck, dump
-from relaunch.common.settings import nats_servers
+from relaunch.common.settings import SettingsError, nats_servers
 
 from . import settings as client_settings
 from .terminal import shown
@@ -55,26 +62,50 @@ def _cluster(cluster: str | None) -> str:
     return client_settings.cluster(cluster)
 
 
-async def _quiet(exc: Exception) -> None:
-    """nats-py logs every failed connect with a traceback; `send` reports the failure in one line."""
+class NotAllowed(Exception):
+    """NATS refused this user the inject request (a permissions violation): not the operator identity."""
+
+
+def _connect_options() -> tuple[str, dict]:
+    """(NATS user, nats.connect keyword arguments) for an injection (the module's docstring says which)."""
+    from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+    from relaunch.common.natsauth import OPERATOR
+
+    settings = client_settings.common()
+    password_file = os.environ.get("RELAUNCH_INJECT_NATS_PASSWORD_FILE", "")
+    if password_file:
+        settings = settings.model_copy(update={
+            "nats_user": os.environ.get("RELAUNCH_INJECT_NATS_USER", "") or OPERATOR,
+            "nats_password_file": password_file})
+    return settings.nats_user, connect_options(settings)
 
 
 async def request_injection(nats_url: str, injection: FaultInjection,
                             timeout_s: float = DEFAULT_TIMEOUT_S) -> InjectionAck | None:
     """Send one injection to the node's probe: its answer, or None when no probe answered in time.
 
-    Raises OSError-like errors (nats.errors.NoServersError, OSError, TimeoutError) when NATS itself
-    cannot be reached."""
-    # nats-py treats max_reconnect_attempts=0 as "forever" for the first connect; 1 means one retry.
-    from relaunch.common.connection import connect_options  # user and TLS from RELAUNCH_NATS_* settings
+    Raises NotAllowed when NATS refuses this user the request, and OSError-like errors
+    (nats.errors.NoServersError, OSError, TimeoutError) when NATS itself cannot be reached."""
+    user, options = _connect_options()
+    refused: list[str] = []
 
+    async def on_error(exc: Exception) -> None:
+        # nats-py logs every failed connect with a traceback; `send` reports failures in one line. A
+        # denied publish arrives here only (the request itself then just times out).
+        if "permissions violation" in str(exc).lower():
+            refused.append(str(exc))
+
+    # nats-py treats max_reconnect_attempts=0 as "forever" for the first connect; 1 means one retry.
     nc = await nats.connect(nats_servers(nats_url), connect_timeout=min(timeout_s, 3.0), allow_reconnect=False,
-                            max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,
-                            **connect_options())
+                            max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=on_error, **options)
     try:
         msg = await nc.request(subjects.control_inject(injection.cluster, injection.node), dump(injection),
                                timeout=timeout_s)
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        if refused:
+            raise NotAllowed(f"NATS refused the NATS user {user or '(none)'} the inject request ({refused[0]}): "
+                             "only the operator identity may inject. Set RELAUNCH_INJECT_NATS_PASSWORD_FILE to the "
+                             "operator user's password file (the local stack's .run/env does)") from None
         return None
     finally:
         await nc.close()
@@ -96,6 +127,8 @@ async def send(fault: str, node: str, *, gpu: int = 0, code: int | None = None, 
         return EXIT_USAGE, f"invalid request: {problems}"
     try:
         ack = await request_injection(nats_url, injection, timeout_s)
+    except (NotAllowed, SettingsError) as exc:  # refused, or a password file that cannot be read
+        return EXIT_USAGE, str(exc)
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         return EXIT_NO_PROBE, (f"cannot reach NATS at {nats_url}: {exc or type(exc).__name__}. "
                                "Is the stack up (make up) and RELAUNCH_NATS_URL set (source .run/env)?")

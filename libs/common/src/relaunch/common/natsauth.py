@@ -34,6 +34,9 @@ from .subjects import ConsumerSpec
 
 ADMIN = "admin"
 CLI = "cli"
+OPERATOR = "operator"
+"""The identity that may send `relaunch inject` requests (docs/security.md, "Who may inject"): not the
+shared `cli` user, which every training process holds. The local stack points the CLI at its password."""
 SERVICES = ("detector", "decider", "actuator", "watchdog", "api", "notifier")
 LEASE_BUCKET = "relaunch-leases"
 HOLDS_BUCKET = "relaunch-holds"
@@ -131,13 +134,17 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Reads audit entries, reconcile statuses and dead letters on its own durables; publishes nothing
         # but its own dead letters (the webhooks are outside NATS).
         "notifier": _service("notifier", [], consumers=CONSUMERS["notifier"]),
-        # The relaunch CLI and the SDK in training code: progress, demo fault injection, event tailing.
-        CLI: {"publish": {"allow": [f"{p}.signal.progress.>", f"{p}.control.inject.>"]},
+        # The relaunch CLI and the SDK in training code: progress, event tailing. Not fault injection:
+        # every training process of every user holds this user (OPERATOR injects).
+        CLI: {"publish": {"allow": [f"{p}.signal.progress.>"]},
               # Events and Advice only: every training process of every user holds this user, so it never
               # reads signals (raw log lines, other jobs' progress and its keys, observations) nor dead
               # letters (which quote the messages they hold): docs/security.md.
               "subscribe": {"allow": [f"{p}.event.>", f"{p}.advice.>", f"{inbox_prefix(CLI)}.>"]}},
     }
+    # `relaunch inject` and nothing else: its requests, and their answers on its own inbox.
+    users[OPERATOR] = {"publish": {"allow": [f"{p}.control.inject.>"]},
+                       "subscribe": {"allow": [f"{inbox_prefix(OPERATOR)}.>"]}}
     for node in nodes:
         user = probe_user(node)
         users[user] = _service(user, [subjects.signal_node(cluster, node)],
@@ -154,7 +161,8 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
 
 
 def all_users(nodes: list[str], shared_probe: bool = False) -> list[str]:
-    return [ADMIN, CLI, *SERVICES, *(probe_user(n) for n in nodes), *([SHARED_PROBE] if shared_probe else [])]
+    return [ADMIN, CLI, OPERATOR, *SERVICES, *(probe_user(n) for n in nodes),
+            *([SHARED_PROBE] if shared_probe else [])]
 
 
 def authorization_config(cluster: str, nodes: list[str], passwords: dict[str, str], shared_probe: bool = False) -> str:

@@ -27,8 +27,21 @@ from .settings import ProbeSettings
 log = logging.getLogger(__name__)
 
 
+def check_backend(settings: ProbeSettings) -> None:
+    """Refuse the fake backend unless it was asked for by name and confirmed (ProbeSettings.allow_fake):
+    on a real node it would report invented healthy GPUs and let `relaunch inject` fail the node."""
+    if settings.backend == "fake" and not settings.allow_fake:
+        raise SettingsError(
+            "RELAUNCH_PROBE_BACKEND=fake reports invented GPU readings and obeys `relaunch inject` (whoever may "
+            "send it can mark this node failed): it is for the local stack and tests only. On a GPU node unset "
+            "RELAUNCH_PROBE_BACKEND (the default is nvml); on a machine without GPUs that runs a demo, set "
+            "RELAUNCH_PROBE_ALLOW_FAKE=1 as well to confirm (docs/operator-guide.md, \"gpu-probe\").")
+
+
 def make_backend(settings: ProbeSettings) -> GpuBackend:
-    """The backend the settings name; raises BackendUnavailable when NVML cannot start."""
+    """The backend the settings name; raises BackendUnavailable when NVML cannot start and
+    SettingsError for a fake backend that was not confirmed (check_backend)."""
+    check_backend(settings)
     if settings.backend == "fake":
         return FakeNvml(settings.expected_gpus)
     # Imported here so that the fake stack never loads the NVML bindings.

@@ -25,8 +25,15 @@ class ProbeSettings(ServiceSettings):
     expected_gpus: int = Field(8, ge=0)
     """GPUs the node should have; fewer answering NVML means one fell off the bus (0: do not check the
     count). The fake backend simulates this many."""
-    backend: Literal["fake", "nvml"] = "fake"
-    """fake (no GPU here: the local stack and tests; accepts `relaunch inject`) or nvml (a real GPU node)."""
+    backend: Literal["fake", "nvml"] = "nvml"
+    """nvml (the default: a real GPU node, readings and XID events from the NVIDIA driver) or fake
+    (no GPU: the local stack and tests). The fake backend invents healthy readings and obeys
+    `relaunch inject`, so whoever may send that can fail the node: the probe starts with it only
+    when it is named here and `allow_fake` confirms it (docs/security.md, "Who may inject")."""
+    allow_fake: bool = False
+    """Must be true (RELAUNCH_PROBE_ALLOW_FAKE=1) beside backend=fake, or the probe refuses to start:
+    one setting copied from a demo must not turn a GPU node's probe into a fake one. The local
+    stack (scripts/stack.sh) and the compose demo set both; nothing else should."""
     xid_window_s: float = Field(3600.0, gt=0)
     """How long an XID keeps counting in the verdict and is reported in NodeHealth."""
     app_xid_repeat: int = Field(3, ge=2)

@@ -57,7 +57,8 @@ def _init_once(nvml: Any) -> None:
         except nvml.NVMLError as exc:
             raise BackendUnavailable(
                 f"NVML cannot start: {exc}. Is the NVIDIA driver installed and libnvidia-ml.so.1 on the "
-                "library path? On a machine without a GPU use RELAUNCH_PROBE_BACKEND=fake.") from exc
+                "library path? Only a demo or test machine without a GPU may use RELAUNCH_PROBE_BACKEND=fake "
+                "with RELAUNCH_PROBE_ALLOW_FAKE=1.") from exc
         except OSError as exc:  # a broken library file rather than a missing one
             raise BackendUnavailable(f"NVML cannot be loaded: {exc}") from exc
         setattr(nvml, _INITIALISED, True)
