@@ -1,5 +1,6 @@
 """The Postgres ledger (the only asyncpg importer on the write side): migrations, job records,
-per-job serialised decisions, the transactional outbox.
+per-job serialised decisions, the transactional outbox. What a decision reads of its nodes beyond the
+job (gpu-probe readings, other jobs' exclusions with their owners) is node_evidence.py's SQL.
 
 Concurrency: every decision for a job runs in one transaction holding that job's row lock
 (SELECT ... FOR UPDATE), so decider replicas never decide the same attempt twice.
@@ -567,7 +568,7 @@ class JobTx:
             list[NodeEvent], dict[str, tuple[Exclusion, ...]]]:
         """`node_events` and `node_history` of the same nodes, in one round trip."""
         return evidence_of(await self.conn.fetchrow(_NODE_EVIDENCE, self.cluster, self.job_id, nodes, events_since,
-                                                     history_since))
+                                                    history_since))
 
     async def node_history(self, nodes: list[str], since) -> dict[str, tuple[Exclusion, ...]]:
         """node -> reputation.Exclusion (job, issued_at, its owner, corroborated) of each Advice of ANOTHER
