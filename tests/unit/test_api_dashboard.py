@@ -35,10 +35,12 @@ def browser_or_skip():
 
 
 @pytest.fixture
-def page():
+def page(request, tmp_path):
+    """The dashboard's page; `indirect` parametrisation gives the API a bearer token."""
     sync_api = browser_or_skip()
     fakes = Fakes()
-    with client(fakes) as api, sync_api.sync_playwright() as pw:
+    token = getattr(request, "param", None)
+    with client(fakes, tmp_path, token=token) as api, sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
         def serve(route) -> None:
@@ -126,3 +128,23 @@ def test_without_the_event_stream_the_page_polls_and_says_so(page):
     page.locator('#jobs tr[data-key="local/101"]').wait_for()
     page.expect(page.locator("#live")).to_have_attribute("title", re.compile("unavailable"))
     assert page.locator("#live").inner_text().startswith("polling")
+
+
+API_TOKEN = "dashboard-test-token-0123456789"
+
+
+@pytest.mark.parametrize("page", [API_TOKEN], indirect=True)
+def test_where_the_api_has_a_token_log_excerpts_show_only_once_it_is_given(page):
+    """issue 35: the evidence lines need the token; the rest of the timeline does not."""
+    page.goto(f"{ORIGIN}/?poll=60")
+    anomaly = page.locator('#timeline li[data-kind="anomaly"]')
+    anomaly.wait_for()
+    page.expect(anomaly.locator(".withheld")).to_contain_text("log excerpts withheld")
+    assert anomaly.locator("pre.evidence").count() == 0
+    assert "GPU fell off the bus" in anomaly.inner_text()  # the summary is not a log line
+
+    page.once("dialog", lambda dialog: dialog.accept(API_TOKEN))
+    page.click("#token")
+    page.expect(anomaly.locator("pre.evidence")).to_contain_text("GPU has fallen off the bus")
+    assert anomaly.locator(".withheld").count() == 0
+    assert not page.errors, page.errors
