@@ -31,7 +31,12 @@ def idle(*nodes) -> dict[str, NodeCondition]:
 
 def test_only_excluded_nodes_with_hardware_evidence_qualify():
     a = advice([PROBE_FAILED, LOG_HARDWARE, HISTORY, DEGRADED])
-    assert sorted(hardware_evidence(a)) == ["node2", "node3"]
+    assert sorted(hardware_evidence(a)) == ["node2"]
+
+
+def test_a_jobs_own_xid_line_never_drains_a_node_for_everyone():
+    """Any user can print an XID line (issue 35): it excludes the node from that job's restart only."""
+    assert plan_drains(advice([LOG_HARDWARE], exclude=("node3",)), idle("node3")) == []
 
 
 def test_evidence_on_a_node_the_advice_does_not_exclude_is_ignored():

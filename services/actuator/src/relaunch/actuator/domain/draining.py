@@ -4,9 +4,11 @@ plan_downs(advice, job_nodes, conditions) -> the lost nodes to mark DOWN. Pure.
 Optional (RELAUNCH_ACTUATOR_DRAIN_NODES, off by default): excluding a node protects one job; a drain
 keeps every job off it until an operator resumes it. Invariants:
 - only nodes the Advice excludes, and only with hardware evidence in the Advice's own evidence refs
-  (the decider writes `node:<name>:<confidence>:<reason>`): a gpu-probe "failed" verdict, or a log
-  line whose signature puts the fault in the hardware domain. History alone ("excluded for other
-  jobs") or a degraded reading is not a confirmed fault;
+  (the decider writes `node:<name>:<confidence>:<reason>`) that the job's user does not control: a
+  gpu-probe "failed" verdict. A log line whose signature puts the fault in the hardware domain is text
+  the job printed (any user can print an XID line): it excludes the node from that job's restart, never
+  drains it for everyone (docs/security.md). History alone ("excluded for other jobs") or a degraded
+  reading is not a confirmed fault either;
 - a node already drained or draining, by relaunch or by anyone, is left alone (idempotent, and an
   operator's reason is never overwritten); a node Slurm does not list is not drained;
 - the reason names relaunch, the job and the evidence, is bounded and has only plain characters: it
@@ -33,9 +35,9 @@ from .observing import NodeCondition
 
 HARDWARE_EVIDENCE = (
     re.compile(r"^gpu-probe: failed\b"),
-    re.compile(r"\(hardware\) in the job's log names it$"),
 )
-"""Evidence reasons (as the decider's attribution words them) that confirm a hardware fault."""
+"""Evidence reasons (as the decider's attribution words them) that confirm a hardware fault: the node's own
+gpu-probe only, never the job's log text (see above)."""
 MAX_REASON = 200
 """Slurm keeps the reason as given; bounded so that sinfo stays readable."""
 MAX_DRAINS_PER_ADVICE = 2
