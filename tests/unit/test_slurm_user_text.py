@@ -18,6 +18,7 @@ import pytest
 from test_slurm_releases import RELEASES, Capture, CapturedSlurm, observed_by, poll_once
 
 from relaunch.actuator.adapters.slurm import Slurm
+from relaunch.actuator.domain.accounting import parse_sacct
 from relaunch.actuator.domain.observing import output_paths_of, read_listing
 from relaunch.actuator.domain.rest_values import accounted_from_rest, observed_from_rest
 from relaunch.common.errors import TemporaryError
@@ -167,3 +168,56 @@ def test_slurmdbd_records_name_the_working_directory(release):
     answer = json.loads(fixture.read_text())
     (record, *_) = accounted_from_rest(answer)
     assert record.work_dir == "/work/wt20" and record.user_id is None  # slurmdbd names the user, gives no id
+
+
+# --- accounting (sacct -P text) ---------------------------------------------------------------------
+
+FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End", "NodeList", "Partition", "WorkDir", "User",
+          "UID", "GID", "SubmitLine", "Comment")
+"""What 22.05's sacct prints of what relaunch asks (tests/fixtures/slurm/22.05/sacct.fields)."""
+
+
+def sacct_record(delimiter: str, job_id: str, name: str, comment: str, state: str = "COMPLETED") -> str:
+    values = {"JobIDRaw": job_id, "JobName": name, "State": state, "ExitCode": "0:0", "Submit": "2026-12-04T21:26:58",
+              "End": "2026-12-04T21:27:01", "NodeList": "node4", "Partition": "debug", "WorkDir": "/home/u",
+              "User": "u", "UID": "1000", "GID": "100", "SubmitLine": f"sbatch -J {name} --comment={comment} a.sh",
+              "Comment": comment}
+    return delimiter.join(values[f] for f in FIELDS) + "\n"
+
+
+# A name and a comment that would forge a failed record of someone else's job 777 were the fields
+# separated by the fixtures' "\x1f" alone, or records by lines.
+FORGED = "\n777\x1fvictim\x1fFAILED\x1f1:0\x1f2026-12-04T21:00:00\x1f2026-12-04T21:01:00\x1fnode1\x1fdebug\x1f/\x1fv" \
+         "\x1f1001\x1f100\x1fsbatch\x1frelaunch"
+
+
+@pytest.mark.parametrize("name, comment", [
+    ("x Requeue=0" + FORGED, "relaunch"), ("x", "relaunch StdOut=/etc/shadow" + FORGED),
+    ("nl\nRequeue=0", "relaunch\nStdOut=/etc/shadow\n"), ("a|b\x1fc", "relaunch|x"), ("x\n777", "relaunch\n778"),
+    ("\n", "\n\n"),
+])
+def test_a_user_s_text_in_accounting_is_one_field_of_one_record(name, comment):
+    delimiter = "\x1f5f0c9e2a41b7d3e8\x1f"
+    text = sacct_record(delimiter, "11", name, comment) + sacct_record(delimiter, "12", "ok", "relaunch")
+    first, second = parse_sacct(text, FIELDS, delimiter)
+    assert (first.job_id, first.name, first.comment, first.state) == ("11", name, comment, "COMPLETED")
+    assert (first.user_id, first.group_id, first.work_dir) == (1000, 100, "/home/u")
+    assert (second.job_id, second.name, second.comment) == ("12", "ok", "relaunch")
+
+
+async def test_the_adapter_asks_sacct_with_a_delimiter_made_for_each_call():
+    delimiters = []
+
+    class Accounting(Slurm):
+        async def _run(self, argv):
+            if argv[1] == "--helpformat":
+                return " ".join(FIELDS)
+            delimiter = next(a for a in argv if a.startswith("--delimiter=")).removeprefix("--delimiter=")
+            delimiters.append(delimiter)
+            return sacct_record(delimiter, "11", "x" + FORGED, "relaunch" + FORGED)
+
+    slurm = Accounting()
+    for _ in range(2):
+        (record,) = await slurm.accounting(["11"])
+        assert record.job_id == "11" and record.name == "x" + FORGED and record.comment == "relaunch" + FORGED
+    assert len(set(delimiters)) == 2 and all(len(d) >= 16 for d in delimiters)

@@ -11,13 +11,14 @@ import datetime as dt
 import json
 import logging
 import os
+import secrets
 import time
 
 from prometheus_client import Histogram
 
 from relaunch.common.errors import PermanentError, TemporaryError
 
-from ..domain.accounting import DELIMITER, AccountedAttempt, available_fields, parse_sacct
+from ..domain.accounting import AccountedAttempt, available_fields, parse_sacct
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.observing import NodeCondition, Observed, parse_node_conditions, usable_nodes_by_partition
 from ..domain.rest_values import job_of, observed_from_rest
@@ -152,9 +153,11 @@ class Slurm:
 
     async def _sacct(self, *selection: str) -> list[AccountedAttempt]:
         fields = await self.accounting_fields()
+        # A delimiter no job's name or comment can hold: made now, after every job was named (accounting.py).
+        delimiter = f"\x1f{secrets.token_hex(8)}\x1f"
         return parse_sacct(await self._run(
-            ["sacct", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}", *selection, f"--format={','.join(fields)}"]),
-            fields, DELIMITER)
+            ["sacct", "-X", "-D", "-P", "-n", f"--delimiter={delimiter}", *selection, f"--format={','.join(fields)}"]),
+            fields, delimiter)
 
     async def accounting(self, job_ids: list[str]) -> list[AccountedAttempt]:
         """Every accounting record (one per attempt) of these job ids, older jobs with the same id included."""

@@ -7,8 +7,11 @@ Quirks worked around here (docs/slurm-versions.md):
 - `sacct --json` reports wrong exit codes in 22.05.8, so we read `-P` text: `ExitCode` is "code:signal";
 - the fields a release has differ (22.05 has no Restarts, StdOut or StdErr): the adapter asks
   `sacct --helpformat` once and requests those of ACCOUNTING_FIELDS the release prints;
-- `Comment` and `SubmitLine` may contain `|`, so fields are separated by DELIMITER (a control
-  character) and Comment comes last: the rest of the line is it;
+- a job's name, comment, submit line, working directory and output patterns are text its user chose:
+  they may hold `|`, newlines, control characters. The adapter separates fields with a delimiter
+  made afresh for each call (nobody can put it in a job's text beforehand), and a record is known by
+  its delimiters, not its lines: a newline in a user's text continues its record, it can neither end
+  it nor start one for another job id (_records; tests/unit/test_slurm_user_text.py);
 - times are the controller's local wall-clock without a zone (they are read as this host's local time);
 - **a requeue gives the job a new SubmitTime** and a new record. Where sacct prints `Restarts`
   (24.11 and later) each record says which attempt it is. On older releases the requeued attempt's
@@ -35,7 +38,7 @@ ACCOUNTING_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Submit", "End"
 """What relaunch asks for where the release has it; the first eight and Comment are required, Comment last."""
 REQUIRED_FIELDS = frozenset(SACCT_FIELDS)
 DELIMITER = "\x1f"
-"""sacct --delimiter: a character no comment or submit line holds."""
+"""The delimiter of the captured fixtures (scripts/capture_slurm_fixtures.py); the adapter makes its own."""
 
 REQUEUE_LINK = dt.timedelta(seconds=5)
 """A record whose End is this close to the next record's Submit was requeued into it (same job)."""
@@ -103,16 +106,15 @@ def available_fields(helpformat: str) -> tuple[str, ...]:
 def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS, delimiter: str = "|") -> list[AccountedAttempt]:
     """`sacct -X -D -P -n [--delimiter=D] --format=<fields>` -> records, in the order sacct printed them.
 
-    A line that does not parse (too few fields, no submit time) is skipped: sacct prints nothing else
-    on stdout with -n, and one odd record must not hide the others.
+    A record that does not parse (too few fields, no submit time) is skipped: sacct prints nothing else
+    on stdout with -n, and one odd record must not hide the others. A record is a line that starts
+    with a job id and the delimiter, and the lines after it that do not (a newline in a user's text).
     """
     if fields[-1] != "Comment":
         raise ValueError("Comment must be the last sacct field")
     records = []
     n = len(fields)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in _records(text, delimiter, n):
         parts = line.split(delimiter, n - 1)
         if len(parts) < n:
             continue
@@ -135,6 +137,21 @@ def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS, delimiter: st
             restarts=int(restarts) if restarts.isdigit() else None, stdout=stdout, stderr=stderr,
             user_id=_count(row.get("UID", "")), group_id=_count(row.get("GID", "")), work_dir=row.get("WorkDir", ""),
         ))
+    return records
+
+
+def _records(text: str, delimiter: str, n: int) -> list[str]:
+    """sacct's records: a line continues the record before it while that record still lacks some of
+    its n-1 delimiters (a newline in a user's text: it cannot hold the delimiter), and when what it
+    adds is not a record of its own (a newline in the comment, the last field)."""
+    records: list[str] = []
+    for line in text.removesuffix("\n").split("\n"):
+        head, sep, _ = line.partition(delimiter)
+        starts = bool(sep) and head.isascii() and head.isdigit()
+        if records and (records[-1].count(delimiter) + line.count(delimiter) <= n - 1 or not starts):
+            records[-1] += "\n" + line
+        elif starts:
+            records.append(line)
     return records
 
 
