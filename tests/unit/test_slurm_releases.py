@@ -3,10 +3,9 @@
 The fixtures under tests/fixtures/slurm/<release>/ were captured from the project's own clusters of
 each release by scripts/capture_slurm_fixtures.py (`make fixtures` captures them again); nothing in
 them is written by hand. jobs.json says which job id is which scenario. show-job.json holds each job's
-own `squeue --json` object (what the actuator's observe() reads); on 24.11 and 26.05 it was cut from
-squeue-all.json (the same objects) before the capture asked for it, and their captures predate the
-"crafted" job, which the tests below make from those objects. scontrol.json holds the `-o` text
-relaunch no longer reads: the tests use it to check that the JSON says what Slurm itself printed.
+own `squeue --json --states=all --jobs=J` object (what the actuator's observe() reads). scontrol.json
+holds the `-o` text relaunch no longer reads: the tests use it to check that the JSON says what Slurm
+itself printed (the "crafted" job's name and comment shadow fields there: test_slurm_user_text.py).
 """
 
 from __future__ import annotations
