@@ -125,5 +125,16 @@ async def test_the_slurm_adapter_reads_a_job_as_slurm_structured_it_whatever_its
         assert (seen.name, seen.comment, seen.restarts, seen.stdout) == (name, comment, 0, expected)
         assert (seen.user_id, seen.group_id, seen.work_dir) == (os.getuid(), os.getgid(), str(jobs))
         assert not (await slurm.observe("9999999")).exists
+        if test_stack.get("RELAUNCH_SLURMRESTD_URL"):  # 24.11 and 26.05: slurmrestd reads the same
+            from relaunch.actuator.adapters.slurmrest import SlurmRest
+
+            rest = SlurmRest(test_stack["RELAUNCH_SLURMRESTD_URL"], test_stack["RELAUNCH_SLURMRESTD_TOKEN_FILE"])
+            try:
+                assert await rest.observe(job) == observed
+                assert output_paths_of(await rest.show_job(job)) == (expected, expected)
+                (seen_rest,) = [j for j in read_listing(await rest.list_jobs()).jobs if j.job_id == job]
+                assert seen_rest == seen
+            finally:
+                await rest.close()
     finally:
         subprocess.run(["scancel", job], capture_output=True)
