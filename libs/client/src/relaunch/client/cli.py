@@ -20,7 +20,7 @@ from relaunch.common.schemas import dump
 
 from . import classify_command, inject, operator_cli
 from . import settings as client_settings
-from .events import EventStream, subscribe
+from .events import EVENTS_AND_ADVICE, EventStream, subscribe
 from .narration import describe, recovery_seconds
 from .terminal import shown
 
@@ -196,13 +196,14 @@ def policy_check(comment: str,
 
 
 @events_app.command("tail")
-def events_tail(subject: str = typer.Option("relaunch.>", help="NATS subject filter."),
+def events_tail(subject: str = typer.Option("", help="NATS subject filter (default: every event and Advice, "
+                                                       "what the shared cli user may follow)."),
                 as_json: bool = typer.Option(False, "--json", help="Print each message body as JSON.")) -> None:
     """Follow relaunch messages live until interrupted."""
     url = client_settings.nats_url()
 
     async def run() -> None:
-        async for subj, msg in subscribe(url, subject):
+        async for subj, msg in subscribe(url, subject or EVENTS_AND_ADVICE):
             if as_json:
                 print(dump(msg).decode(), flush=True)
             else:
