@@ -19,6 +19,7 @@ Quirks (seen on Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md, "Through s
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from .accounting import AccountedAttempt, expand_pattern
@@ -90,7 +91,7 @@ def observed_from_rest(job: dict) -> Observed:
     # (whitespace made '_': "job_requeued_in_held_state", "ReqNodeNotAvail,_UnavailableNodes:node3"),
     # else the reason's name (tests/unit/test_slurm_releases.py checks both against scontrol's text).
     described = text(job.get("state_description"), "state_description")
-    reason = "_".join(described.split(" ")) if described else text(job.get("state_reason"), "state_reason")
+    reason = re.sub(r"\s", "_", described) if described else text(job.get("state_reason"), "state_reason")
     priority = number(job.get("priority"), "priority") if job.get("priority") is not None else None
     # Priority 0 is a hold, except on a job Slurm has given up on: it sets Priority 0 with
     # Reason=BadConstraints too, and releasing that changes nothing. 24.11 and later print `hold: true`
