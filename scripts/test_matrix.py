@@ -1,12 +1,12 @@
 """`make test`: the unit, integration and deploy tiers once, the compose demo once (make demo-compose:
 deploy/compose run in a private Docker engine), the faults between hosts once (tests/hosts, the hosts
-topology), then the end-to-end and reliability tiers on every
+topology), then the end-to-end, reliability and security tiers on every
 Slurm release of the matrix, each on a test stack of its own (tests/conftest.py), then the
 real-framework tier (tests/frameworks: real trainings in a venv of its own, scripts/frameworks-venv.sh)
 once, on the first release of the matrix.
 
     python scripts/test_matrix.py 22.05 24.11 26.05          # what make test runs
-    python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's end-to-end tiers
+    python scripts/test_matrix.py --only-slurm-tiers 26.05   # one release's e2e, reliability and security tiers
 
 Every tier runs even when an earlier one failed, so that the table at the end (also written to
 test-artifacts/matrix/summary.md) shows each end-to-end test on each release; the exit status is
@@ -27,7 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "test-artifacts" / "matrix"
 ONCE = ["tests/unit", "tests/integration", "tests/deploy"]
-PER_RELEASE = ["tests/e2e", "tests/reliability"]
+PER_RELEASE = ["tests/e2e", "tests/reliability", "tests/security"]
+"""On every release, in one pytest session on the release's test stack: the security tier (tests that attack,
+docs/security.md) reuses that stack and runs after the others."""
 FRAMEWORKS = ["tests/frameworks"]
 HOSTS = ["tests/hosts"]
 """Faults between hosts (docs/reliability.md): once, on the host's Slurm, in the hosts topology."""
@@ -115,7 +117,7 @@ def main() -> int:
         verdict = "passed" if compose[0] == 0 else f"**FAILED** (exit {compose[0]})"
         table += f"\nCompose demo (make demo-compose): {verdict}\n\n```\n{compose[1]}\n```\n"
     (OUT / "summary.md").write_text(table)
-    print("\nEnd-to-end and reliability tests on each Slurm release:\n\n" + table)
+    print("\nEnd-to-end, reliability and security tests on each Slurm release:\n\n" + table)
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1
