@@ -5,11 +5,13 @@ observe(), docs/slurm-versions.md) and in `GET /slurm/V/job/J` (the same data_pa
 observing.read_listing and observed_from_rest read it on every release. The rest is mapped onto the
 values `sinfo` and `sacct` give: NodeCondition, AccountedAttempt.
 
-Quirks (seen on Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md, "Through slurmrestd"):
-- a requeue-held job shows `hold: true` and `state_reason: JobHeldUser` (scontrol says
-  `job_requeued_in_held_state`); both are holds here;
-- `standard_output` is expanded on 24.11 and a pattern (`%x-%j.out`) on 26.05, as in squeue: it is
-  expanded here the way sacct's patterns are (accounting.expand_pattern);
+Quirks (seen on 22.05.8, and Debian's 24.11.5 and 26.05.5; docs/slurm-versions.md):
+- a requeue-held job shows `state_reason: JobHeldUser` and `state_description: job requeued in held
+  state` (scontrol's Reason `job_requeued_in_held_state`, which is what is read); 24.11 and later add
+  `hold: true`, which they print for any Priority 0, a job Slurm will never start included;
+- 22.05 prints exit codes as raw wait status, has no `hold`, and its `squeue --json` ignores --jobs;
+- `standard_output` is expanded on 24.11 and a pattern (`%x-%j.out`) on 22.05 and 26.05: it is
+  expanded the way sacct's patterns are (observing.output_paths_of, accounting.expand_pattern);
 - unset times are 0 or `{"set": false}`; an accounting record's comment is an object
   (`{"job": ..., "administrator": ..., "system": ...}`), its state `{"current": [...], "reason": ...}`;
 - errors come as `{"errors": [{"error": "Invalid job id specified", "error_number": 2017, ...}]}`
