@@ -15,11 +15,12 @@ character becomes a byte class of its ASCII characters and every byte >= 0x80, a
 times as many repeats (`.{0,40}` becomes `[^\\n]{0,160}`); an ASCII item stays exact.
 Case-insensitivity is spelled out as byte classes ([Kk]); the only non-ASCII characters that Python
 folds to ASCII letters are FOLDS_TO_ASCII, and lines holding one go to the exact match through
-FOLDS_TO_ASCII_SOURCE instead. Assertions (`\\b`, `$`, lookarounds) are dropped: every match of
-the pattern still matches without them, and `$` would be wrong where a long line is cut at MAX_LINE.
+FOLDS_TO_ASCII_SOURCE instead. Assertions (`\\b`, `^`, `$`, lookarounds) are dropped: every match of
+the pattern still matches without them, `^` because a line is also matched from the end of each prefix
+before it (prefixes.py), and `$` would be wrong where a long line is cut at MAX_LINE.
 
-Invariant: for every line L (bytes, no newline) and every catalogue pattern P,
-P.search(L[:MAX_LINE_BYTES].decode("utf-8", "replace")[:MAX_LINE]) implies the superset matches L.
+Invariant: for every line L (bytes, no newline), every catalogue pattern P and every suffix S of
+T = L[:MAX_LINE_BYTES].decode("utf-8", "replace")[:MAX_LINE], P.search(S) implies the superset matches L.
 """
 
 from __future__ import annotations
@@ -109,9 +110,10 @@ def _item(kind: str, av, flags: int) -> str | None:
         alternatives = [s for s in (_sequence(list(alt), flags) for alt in av[1]) if s is not None]
         return "(?:" + "|".join(alternatives) + ")" if alternatives else None
     if kind == "AT":
-        # Line start is exact (lines are matched one by one, and blocks start at line starts); every
-        # other anchor is dropped, which only widens the match.
-        return "^" if str(av) in ("AT_BEGINNING", "AT_BEGINNING_STRING") else ""
+        # Every anchor is dropped, which only widens the match. A line start too: the scanner also
+        # matches a line from the end of each prefix a launcher or logger put before it, and from each
+        # record joined on the line (prefixes.py), so `^` may match in the middle of the line.
+        return ""
     if kind in ("ASSERT", "ASSERT_NOT"):
         return ""
     if kind == "GROUPREF":

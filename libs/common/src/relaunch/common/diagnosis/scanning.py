@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .pattern_analysis import required_literals, top_level_alternatives
+from .prefixes import View, views
 from .signatures import MAX_LINE, Catalogue, Signature
 
 _NODE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 """What relaunch.common.schemas.Name accepts: a name that is not one cannot be excluded in Slurm."""
 _ADDRESS = re.compile(r"^[0-9.:]+$")
+_WHOLE = View(0)
 
 LineFinder = Callable[[bytes, int], "list[tuple[int, int]] | None"]
 """Given a block of whole lines (bytes, or a reused buffer) and how many of its bytes are the block, the
@@ -168,27 +170,38 @@ class Scanner:
         head = line[:MAX_LINE]
         if head.endswith("\r"):
             head = head[:-1]
-        for sig, piece in self._plan(self._keywords_in(head) if self._finder else frozenset()):
-            found = piece.search(head)
-            if found is not None:
-                return None if sig.role == "advice" else self._match(sig, found, head, index)
+        plan = self._plan(self._keywords_in(head) if self._finder else frozenset())
+        if not plan:
+            return None
+        # A signature is tried on the line as printed, then from the end of each launcher, logger or
+        # container prefix and on each record joined on the line (prefixes.py); the first signature in
+        # catalogue order that matches one of them decides, and the evidence keeps the raw line.
+        records = views(head)
+        for sig, piece in plan:
+            for record in records:
+                found = piece.search(head[record.offset:] if record.offset else head)
+                if found is not None:
+                    return None if sig.role == "advice" else self._match(sig, found, head, index, record)
         return None
 
-    def _match(self, sig: Signature, found: re.Match[str], head: str, index: int) -> Match:
+    def _match(self, sig: Signature, found: re.Match[str], head: str, index: int, record: View = _WHOLE) -> Match:
         groups = {k: v for k, v in found.groupdict().items() if v}
         verdict = sig
         if groups.get("xid", "").isdigit():
             verdict = self.catalogue.xid_classes.get(int(groups["xid"]), sig)
         nodes = [groups["node"]] if "node" in groups else []
         ranks = [groups["rank"]] if "rank" in groups else []
-        for locator in self.catalogue.locators:
-            located = locator.pattern.search(head)
-            if located is not None:
-                extra = located.groupdict()
-                nodes += [extra["node"]] if extra.get("node") else []
-                ranks += [extra["rank"]] if extra.get("rank") else []
+        ranks += map(str, record.ranks)
+        for text in (head, head[record.offset:]) if record.offset else (head,):
+            for locator in self.catalogue.locators:
+                located = locator.pattern.search(text)
+                if located is not None:
+                    extra = located.groupdict()
+                    nodes += [extra["node"]] if extra.get("node") else []
+                    ranks += [extra["rank"]] if extra.get("rank") else []
         pid = groups.get("pid", "")
-        event = pid if pid and "unknown" not in pid.lower() else (head[:found.start()].strip() or f"line {index}")
+        before = head[:record.offset + found.start()].strip()
+        event = pid if pid and "unknown" not in pid.lower() else (before or f"line {index}")
         return Match(
             signature=verdict, index=index, text=head,
             nodes=tuple(dict.fromkeys(n for n in map(node_name, nodes) if n)),
