@@ -48,8 +48,8 @@ _LAYER = re.compile("|".join((
     r"\[" + _LEVEL + r"\]:? ?",  # `[INFO] `
     r"\|? ?" + _LEVEL + r" {0,8}(?:[|:-] ?| )",  # `ERROR - `, `| ERROR    | `, `INFO `
     r"\[[\w.-]{1,80}\.py:\d{1,6}(?::[\w<>.]{1,80})?\] ?",  # `[logging.py:96:log_dist] ` (DeepSpeed)
-    r"[\w.<>-]{1,100}:[\w<>.]{1,100}:\d{1,6} - ",  # loguru's `module:function:12 - `
-    r"[\w.-]{1,64} {1,30}\| ",  # docker compose: `trainer-1  | `
+    r"[\w.<>-]{1,100}+:[\w<>.]{1,100}+:\d{1,6} - ",  # loguru's `module:function:12 - `
+    r"[\w.-]{1,64}+ {1,30}\| ",  # docker compose: `trainer-1  | `
     r"[-|] ",  # what is left of a separator between the parts above
 )))
 _JOINED = re.compile(r"\[rank\d{1,6}\]:|\[[A-Za-z_][A-Za-z_-]{0,40}\d{1,6}\]: |\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}[,)]")

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from ..diagnosis import prefixes
+
 MAX_LINE = 8192
 """Only the first MAX_LINE characters of a line are parsed (after choosing the last tqdm refresh)."""
 
@@ -100,10 +102,9 @@ class CheckpointMark:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)"
 # A value that may be NaN or infinite: Python prints nan / inf, Lightning's bar `nan.0`, HF 5.x quotes it.
-_VAL = r"['\"]?((?i:nan|[-+]?inf(?:inity)?)(?:\.0)?|[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)['\"]?"
-# Prefixes launchers put before a rank's output: torchrun `[rank3]:` / `[default3]:`, DeepSpeed's
-# log_dist `[Rank 3]`, srun --label `3: `. Only the head of the line is searched.
-_RANK_PREFIX = re.compile(r"\s*(?:\[(?:rank|default)([0-9]+)\]:|([0-9]+): )")
+_VAL = r"['\"]?((?i:nan|[-+]?inf(?:inity)?)(?:\.0)?(?![A-Za-z])|[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)['\"]?"
+# The rank: from the launchers' prefixes (diagnosis.prefixes: srun's `3: `, torchrun's `[rank3]:`), else
+# DeepSpeed's log_dist `[Rank 3]`, searched in the head of the line.
 _RANK_TAG = re.compile(r"\[Rank ([0-9]+)\]")
 _RANK_HEAD = 160
 
@@ -235,11 +236,10 @@ def _clean(line: str | bytes) -> str:
 
 
 def _rank(text: str) -> int | None:
-    head = text[:_RANK_HEAD]
-    m = _RANK_PREFIX.match(head)
-    if m:
-        return int(m[1] or m[2])
-    m = _RANK_TAG.search(head)
+    rank = prefixes.strip(text)[1]
+    if rank is not None:
+        return rank
+    m = _RANK_TAG.search(text, 0, _RANK_HEAD)
     return int(m[1]) if m else None
 
 
@@ -410,15 +410,10 @@ def _hf_trainer(text: str, rank: int | None) -> ProgressPoint | None:
     if "%|" in text:
         # anchored at the line start: a bar with a description ("Map: 40%|", "Loading checkpoint
         # shards: 50%|") is not the Trainer's
-        m = _HF_BAR.match(text, _prefix_end(text))
+        m = _HF_BAR.match(text, prefixes.strip(text)[0])
         if m:
             return replace(_bar_point(int(m[1]), m[3], rank, "hf_trainer"), total=int(m[2]))
     return None
-
-
-def _prefix_end(text: str) -> int:
-    m = _RANK_PREFIX.match(text)
-    return m.end() if m else 0
 
 
 def _bar_point(step: int, stats: str, rank: int | None, preset: str, health: Health | None = None) -> ProgressPoint:
