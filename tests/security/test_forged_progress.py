@@ -78,8 +78,12 @@ def test_forged_nan_losses_for_another_user_s_job_are_refused_and_its_own_are_no
         asyncio.run(forge(env, job, secrets.token_hex(16), 2000))
 
         subject = subjects.signal_progress(env["RELAUNCH_CLUSTER"], job)
-        letters = wait_until("the 12 forged reports dead-lettered", lambda: len(d := dead_letters(env, subject)) >= 12
-                             and d, 90)
+        def dead_lettered() -> list[dict]:
+            # Fails at once, rather than at the timeout, when the forged reports were taken (the job stopped).
+            assert squeue_job(job)["state"] == "RUNNING", ("the forged NaN losses stopped the job", squeue_job(job))
+            return len(found := dead_letters(env, subject)) >= 12 and found
+
+        letters = wait_until("the 12 forged reports dead-lettered", dead_lettered, 90)
         reasons = [entry["reason"] for entry in letters]
         assert sum("no key" in r for r in reasons) == 6, reasons
         assert sum("has not been printed in the job's log" in r for r in reasons) == 6, reasons
