@@ -43,8 +43,13 @@ def wait_until(what, predicate, timeout=60.0):
 
 def ledger(job_id: str) -> dict:
     """`relaunch jobs show JOBID --json` (contract), or {} while the job is not in the ledger."""
+    # As the operator: with the stack's API token, so that the log lines quoted as evidence are shown
+    # (without it the API withholds them: docs/security.md). The suite's own environment leaves the token
+    # out on purpose (tests/conftest.py), so it is named here.
+    token = Path(os.environ.get("RELAUNCH_RUN_DIR", "")) / "api-token"
+    env = {**os.environ, "RELAUNCH_API_TOKEN_FILE": str(token)} if token.is_file() else None
     out = subprocess.run([str(VENV_BIN / "relaunch"), "jobs", "show", job_id, "--json"], capture_output=True,
-                         text=True)
+                         text=True, env=env)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout) if out.returncode == 0 else {}
 

@@ -120,6 +120,10 @@ async def test_dashboard_shows_the_ledger_and_updates_live(api_url, ledger_url, 
             await expect(page.locator("#jobs tbody tr")).to_have_count(4)  # every cluster, newest first
             timeline = page.locator("#timeline")
             await expect(timeline.locator('li[data-kind="reconcile"]')).to_have_count(3)
+            # The API has a token: log excerpts only once the person gives it (issue 35, docs/security.md).
+            await expect(timeline.locator('li[data-kind="anomaly"] .withheld')).to_contain_text("withheld")
+            page.once("dialog", lambda dialog: dialog.accept(TOKEN))
+            await page.click("#token")
             await expect(timeline.locator('li[data-kind="anomaly"] pre.evidence')).to_contain_text(
                 "GPU has fallen off the bus")
             await expect(timeline.locator('li[data-kind="advice"]')).to_contain_text("XID 79 on an allocated node")
