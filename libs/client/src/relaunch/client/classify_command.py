@@ -1,4 +1,6 @@
-"""`relaunch classify`: what went wrong in training logs, offline (no server). Shared by the typer
+"""`relaunch classify`: what went wrong in training logs, offline (no server), by the live detector's own
+pipeline (relaunch.common.diagnosis.offline.verdict_of_stream: the signatures, divergence and fp16
+overflow storms from the progress lines, and the choice between them). Shared by the typer
 command (cli.py, for `relaunch --help` and the tests) and the fast entry point (entry.py), which runs
 it without importing the rest of the CLI: this module imports only the standard library at the top,
 the scanner when it runs, and rich only for the readable (not --json) output, so the command starts
@@ -19,7 +21,7 @@ ENGINE_HELP = ("What picks the lines to match: auto (Hyperscan when installed, e
 def run(files: Sequence[str], as_json: bool, signatures: Sequence[str], engine: str) -> int:
     """Classifies each file in turn (`-` is standard input); returns the exit code: 2 when the
     signatures cannot be loaded, the engine cannot be used, or a file cannot be read (after the others)."""
-    from relaunch.common.diagnosis.offline import classify_stream, load_scanner
+    from relaunch.common.diagnosis.offline import load_scanner, verdict_of_stream
     from relaunch.common.diagnosis.scan_engines import ENGINES, EngineUnavailable
     from relaunch.common.diagnosis.signatures import CatalogueError
 
@@ -38,10 +40,10 @@ def run(files: Sequence[str], as_json: bool, signatures: Sequence[str], engine: 
     for name in files:
         try:
             if name == "-":
-                found = classify_stream(_stdin_bytes(), scanner, line_numbers=not as_json)
+                found = verdict_of_stream(_stdin_bytes(), scanner, line_numbers=not as_json)
             else:
                 with open(name, "rb") as stream:
-                    found = classify_stream(stream, scanner, line_numbers=not as_json)
+                    found = verdict_of_stream(stream, scanner, line_numbers=not as_json)
         except OSError as exc:
             unreadable.append(name)
             _error(f"cannot read {name}: {exc.strerror or exc}")
@@ -88,7 +90,7 @@ class _TextAsBytes:
 def anomaly_json(found) -> dict | None:
     if found is None:
         return None
-    return {"kind": "crash", "signature": found.signature_id, "category": found.category,
+    return {"kind": found.kind, "signature": found.signature_id, "category": found.category,
             "fault_domain": found.fault_domain, "action": found.action, "nodes": list(found.nodes),
             "ranks": list(found.ranks), "evidence": [e.text for e in found.evidence]}
 

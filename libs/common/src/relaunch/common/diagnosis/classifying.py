@@ -54,6 +54,8 @@ class Classification:
     """The first line of the incident, then lines that add a rank or a node (at most EVIDENCE_MAX)."""
     lines: int
     """How many lines the incident spans."""
+    kind: str = "crash"
+    """crash (a signature), or divergence (verdicts.py: from progress lines, as the detector's tracker)."""
 
 
 class _Incident:

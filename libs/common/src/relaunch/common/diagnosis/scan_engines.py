@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from ..progress.replay import WATCH
 from .scanning import Scanner, scanner_for
 from .signatures import Catalogue
 
@@ -67,7 +68,9 @@ def _with_engine(scanner: Scanner, engine: Engine) -> Scanner:
     except (ImportError, OSError) as exc:  # OSError: the extension's shared library cannot load
         return _fallback(scanner, engine, f"hyperscan is not installed ({exc})")
     try:
-        patterns = scanner.explaining_patterns()
+        # The lines progress.replay must see go through the line finder too (offline.verdict_of_stream):
+        # one pass of the engine over a block finds both.
+        patterns = [*scanner.explaining_patterns(), WATCH]
         finder = line_finder(translation_key(patterns), lambda: superset_sources(patterns))
     except Exception as exc:
         from .byte_patterns import Untranslatable  # the translation's own error (a cached database needs none)

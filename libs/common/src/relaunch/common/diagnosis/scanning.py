@@ -258,49 +258,59 @@ class Scanner:
         newlines = block.count(b"\n", 0, size) if spans is not None and count_lines else -1
         return PreparedBlock(block, newlines, spans, size)
 
-    def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE) -> Iterator[Match]:
+    def scan_bytes(self, blocks: Iterable[bytes], max_line_bytes: int = MAX_LINE,
+                   on_text: Callable[[str], object] | None = None) -> Iterator[Match]:
         """Like `scan_text` over raw blocks that end at line ends (blocks.iter_byte_blocks):
         each line is cut at `max_line_bytes` and decoded as UTF-8 with replacement, as the text reader
         does. With a line finder, only the lines it picks are cut out and decoded: a healthy block costs
         one engine search and no per-line Python work."""
-        return self.scan_prepared(map(self.prepare_block, blocks), max_line_bytes)
+        return self.scan_prepared(map(self.prepare_block, blocks), max_line_bytes, on_text=on_text)
 
     def scan_prepared(self, blocks: Iterable[PreparedBlock], max_line_bytes: int = MAX_LINE,
-                      line_numbers: bool = True) -> Iterator[Match]:
+                      line_numbers: bool = True, on_text: Callable[[str], object] | None = None) -> Iterator[Match]:
         """`scan_bytes` over blocks already prepared (prepare_block), in order. line_numbers=False (the
         blocks prepared with count_lines=False): a Match's index is then a position that grows with the
         line's place in the stream (the block's byte offset plus the line's place in the block), not its
-        line number, which is all a classification needs (classifying orders by it)."""
+        line number, which is all a classification needs (classifying orders by it).
+        `on_text` is shown every text that is matched: each line the line finder picked, or a whole block
+        where it picked none (offline.py looks there for the lines progress.replay must see)."""
         if not line_numbers:
-            yield from self._scan_positions(blocks, max_line_bytes)
+            yield from self._scan_positions(blocks, max_line_bytes, on_text)
             return
         index = 0
         for block in blocks:
             data, size = block.data, block.size
             if block.spans is None:
-                index = yield from self._scan_block(_whole(block, max_line_bytes), index)
+                index = yield from self._scan_block(_shown(_whole(block, max_line_bytes), on_text), index)
                 continue
             base, counted = index, 0
             for start, end in block.spans:
                 index += data.count(b"\n", counted, start)
                 counted = start
-                found = self.match_line(_line(data, start, end, max_line_bytes), index)
+                found = self.match_line(_shown(_line(data, start, end, max_line_bytes), on_text), index)
                 if found is not None:
                     yield found
             index = base + block.newlines + (0 if size == 0 or data[size - 1] == 0x0A else 1)
 
-    def _scan_positions(self, blocks: Iterable[PreparedBlock], max_line_bytes: int) -> Iterator[Match]:
+    def _scan_positions(self, blocks: Iterable[PreparedBlock], max_line_bytes: int,
+                        on_text: Callable[[str], object] | None) -> Iterator[Match]:
         offset = 0
         for block in blocks:
             data, size = block.data, block.size
             if block.spans is None:  # line indexes within the block: each is below the block's size
-                yield from self._scan_block(_whole(block, max_line_bytes), offset)
+                yield from self._scan_block(_shown(_whole(block, max_line_bytes), on_text), offset)
             else:
                 for start, end in block.spans:
-                    found = self.match_line(_line(data, start, end, max_line_bytes), offset + start)
+                    found = self.match_line(_shown(_line(data, start, end, max_line_bytes), on_text), offset + start)
                     if found is not None:
                         yield found
             offset += size
+
+
+def _shown(text: str, on_text: Callable[[str], object] | None) -> str:
+    if on_text is not None:
+        on_text(text)
+    return text
 
 
 def _line(data: bytes, start: int, end: int, max_line_bytes: int) -> str:

@@ -10,7 +10,11 @@ What counts, and why:
   minimum from above (a bf16 run prints `loss scale: 1.0` on every line: only a fall counts);
 - a storm of skipped steps: at least `storm_skips` of the last `storm_window` steps skipped (overflow
   lines, Megatron's `number of skipped iterations`, DeepSpeed's running `skipped=` total). The skips
-  before the first step that went through are the scaler searching for its level at start, not a storm.
+  before the first step that went through are the scaler searching for its level at start, not a storm;
+- a late overflow storm that drags the loss scale down: once steps have gone through, overflows that
+  lower the scale by `storm_fall` (32x: from 64 to 2) or more without it growing back in between and
+  without a clean window of `storm_window` steps. Dynamic loss scaling recovers from a spike in one
+  or two halvings; five in a row, hours into a run, are the gradients running away.
 Detection is within `nonfinite_reports` (3) logged steps of the first bad value.
 """
 
@@ -31,11 +35,13 @@ class DivergencePolicy:
     min_loss_scale: float = 1.0
     storm_window: int = 20
     storm_skips: int = 10
+    storm_fall: float = 32.0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.nonfinite_reports <= 100 or not 1 <= self.storm_skips <= self.storm_window <= 1000:
-            raise ValueError("divergence policy needs 1 <= nonfinite_reports <= 100 and "
-                             "1 <= storm_skips <= storm_window <= 1000")
+        if not 1 <= self.nonfinite_reports <= 100 or not 1 <= self.storm_skips <= self.storm_window <= 1000 \
+                or not self.storm_fall > 1:
+            raise ValueError("divergence policy needs 1 <= nonfinite_reports <= 100, "
+                             "1 <= storm_skips <= storm_window <= 1000 and storm_fall > 1")
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,17 @@ class DivergenceState:
     last_scale: float | None = None
     collapsed: str | None = None
     """Why the loss scale is read as collapsed, once it is."""
+    fall_from: float | None = None
+    """The loss scale the current late fall of overflows began at (None: no fall under way)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": STATE_VERSION, "bad_run": self.bad_run, "first_bad_step": self.first_bad_step,
+        data = {"v": STATE_VERSION, "bad_run": self.bad_run, "first_bad_step": self.first_bad_step,
                 "bad_what": self.bad_what, "last_step": self.last_step, "calibrated": self.calibrated,
                 "recent": self.recent, "skipped_total": self.skipped_total, "last_scale": self.last_scale,
                 "collapsed": self.collapsed}
+        if self.fall_from is not None:  # (additive: a record without it is read as no fall under way)
+            data["fall_from"] = self.fall_from
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> DivergenceState:
@@ -71,7 +82,7 @@ class DivergenceState:
             return cls(bad_run=int(data["bad_run"]), first_bad_step=data["first_bad_step"],
                        bad_what=data["bad_what"], last_step=data["last_step"], calibrated=bool(data["calibrated"]),
                        recent=str(data["recent"]), skipped_total=data["skipped_total"],
-                       last_scale=data["last_scale"], collapsed=data["collapsed"])
+                       last_scale=data["last_scale"], collapsed=data["collapsed"], fall_from=data.get("fall_from"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"divergence state is malformed: {exc}") from exc
 
@@ -94,6 +105,8 @@ def observe(state: DivergenceState, mark: ProgressPoint | OverflowMark,
                                                  "and cannot lower the loss scale any further")
             elif mark.new_scale is not None and mark.new_scale <= policy.min_loss_scale:
                 state = _replace(state, collapsed=f"an fp16 overflow lowered the loss scale to {mark.new_scale:g}")
+            elif mark.new_scale is not None and state.calibrated:
+                state = _fall(state, mark.new_scale, policy)
         return _replace(state, last_scale=mark.new_scale if mark.new_scale is not None else state.last_scale)
     health = mark.health
     if health is None:
@@ -166,6 +179,20 @@ def _replace(state: DivergenceState, **changes: Any) -> DivergenceState:
     return new
 
 
+def _fall(state: DivergenceState, new_scale: float, policy: DivergencePolicy) -> DivergenceState:
+    """A late overflow lowered the scale to `new_scale`: where the fall began (the scale the scaler tried
+    at its first overflow: twice the new one, as DeepSpeed's and apex's scalers halve it), anew when the
+    scale grew back since the last overflow; collapsed once it fell storm_fall-fold."""
+    began = state.fall_from
+    if began is None or (state.last_scale is not None and new_scale > state.last_scale):
+        began = new_scale * 2
+    if new_scale * policy.storm_fall <= began:
+        return _replace(state, fall_from=began, collapsed=(
+            f"fp16 overflows lowered the loss scale from {began:g} to {new_scale:g} after training had been "
+            f"running (a late overflow storm, not the scaler's start-up search)"))
+    return _replace(state, fall_from=began)
+
+
 @functools.cache
 def _went_through(window: int) -> str:
     return "." * window
@@ -180,7 +207,10 @@ def _steps(state: DivergenceState, marks: str, policy: DivergencePolicy) -> Dive
             return state  # the scaler's start-up search: not counted
         marks = marks[marks.index("."):]
         calibrated = True
-    return _replace(state, calibrated=calibrated, recent=(state.recent + marks)[-policy.storm_window:])
+    recent = (state.recent + marks)[-policy.storm_window:]
+    if state.fall_from is not None and len(recent) >= policy.storm_window and "s" not in recent:
+        return _replace(state, calibrated=calibrated, recent=recent, fall_from=None)  # a clean window: it is over
+    return _replace(state, calibrated=calibrated, recent=recent)
 
 
 def verdict(state: DivergenceState, policy: DivergencePolicy = DivergencePolicy()) -> Divergence | None:
@@ -193,8 +223,8 @@ def verdict(state: DivergenceState, policy: DivergencePolicy = DivergencePolicy(
                           f"step with a lower learning rate, or bf16)")
     if state.collapsed is not None:
         return Divergence("divergence_loss_scale", state.last_step,
-                          f"training diverged: {state.collapsed}; every step now overflows in fp16 and is skipped, "
-                          f"so the model no longer learns")
+                          f"training diverged: {state.collapsed}; steps overflow in fp16 and are skipped, so the "
+                          f"model no longer learns")
     skips = state.recent.count("s")
     if len(state.recent) >= policy.storm_window and skips >= policy.storm_skips:
         return Divergence("divergence_skip_storm", state.last_step,
