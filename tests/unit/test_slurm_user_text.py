@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import replace
 
 import pytest
 from test_slurm_releases import RELEASES, Capture, CapturedSlurm, observed_by, poll_once
 
 from relaunch.actuator.adapters.slurm import Slurm
+from relaunch.actuator.adapters.slurmrest import with_ids
 from relaunch.actuator.domain.accounting import parse_sacct
 from relaunch.actuator.domain.observing import output_paths_of, read_listing
 from relaunch.actuator.domain.rest_values import accounted_from_rest, observed_from_rest
@@ -170,6 +172,12 @@ def test_slurmdbd_records_name_the_working_directory(release):
     answer = json.loads(fixture.read_text())
     (record, *_) = accounted_from_rest(answer)
     assert record.work_dir == "/work/wt20" and record.user_id is None  # slurmdbd names the user, gives no id
+    assert (record.user_name, record.group_name) == ("root", "root")
+    # The REST adapter looks the names up in this host's user database; a name it does not know stays None.
+    (known,) = with_ids([record])
+    assert (known.user_id, known.group_id) == (0, 0)
+    (unknown,) = with_ids([replace(record, user_name="no-such-user-x9", group_name="no-such-group-x9")])
+    assert (unknown.user_id, unknown.group_id) == (None, None)
 
 
 # --- accounting (sacct -P text) ---------------------------------------------------------------------

@@ -18,10 +18,13 @@ head node keeps the CLI adapter and a pod beside Slinky needs no Slurm clients a
 from __future__ import annotations
 
 import datetime as dt
+import grp
 import logging
 import os
+import pwd
 import ssl
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -40,6 +43,37 @@ log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request (every poll) says nothing new
 
 _MORE_PERMANENT = ("Job has already finished", "Requested operation is presently disabled")
+
+
+def with_ids(records: list[AccountedAttempt]) -> list[AccountedAttempt]:
+    """slurmdbd's records name a job's user and group but give no ids (tests/fixtures/slurmrest/*/
+    slurmdb-job.json), and the detector reads a job's output only as its user could (JobObserved.user_id):
+    the ids come from this host's user database, as slurmctld resolves them on a cluster with one
+    directory; None where this host does not know the name (a pod without it: the file is not read)."""
+    return [replace(r, user_id=_lookup(pwd.getpwnam, r.user_name), group_id=_lookup(grp.getgrnam, r.group_name))
+            if r.user_id is None else r for r in records]
+
+
+ID_TTL_S = 300.0
+"""How long a name's id (or that it has none) is reused: a user added later is known this much later."""
+_ids: dict[tuple[str, str], tuple[float, int | None]] = {}
+
+
+def _lookup(getter, name: str) -> int | None:
+    if not name:
+        return None
+    key, now = (getter.__name__, name), time.monotonic()
+    cached = _ids.get(key)
+    if cached is None or now - cached[0] > ID_TTL_S:
+        try:
+            entry = getter(name)
+            found: int | None = entry.pw_uid if hasattr(entry, "pw_uid") else entry.gr_gid
+        except KeyError:
+            found = None
+        if len(_ids) > 10_000:
+            _ids.clear()
+        cached = _ids[key] = (now, found)
+    return cached[1]
 
 
 class SlurmRest:
@@ -193,14 +227,14 @@ class SlurmRest:
         for job_id in job_ids:
             answer = await self._get(f"/slurmdb/{v}/job/{check(JOB_ID, job_id, 'job id')}", "slurmdb job")
             records += accounted_from_rest(answer)
-        return records
+        return with_ids(records)
 
     async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
         """Every accounting record of a job that was pending, running or ended since `start` (all users)."""
         v = await self._slurmdb()
         answer = await self._get(f"/slurmdb/{v}/jobs/", "slurmdb jobs", start_time=str(int(start.timestamp())),
                                  end_time=str(int(time.time())), show_duplicates="")
-        return accounted_from_rest(answer)
+        return with_ids(accounted_from_rest(answer))
 
     async def usable_nodes(self) -> dict[str, int]:
         api = await self.api()

@@ -67,6 +67,9 @@ class AccountedAttempt:
     """The job's owner (sacct's UID), primary group (GID) and working directory (WorkDir), where known."""
     group_id: int | None = None
     work_dir: str = ""
+    user_name: str = ""
+    """The user and group by name, where the record gives no ids (slurmdbd's, through slurmrestd)."""
+    group_name: str = ""
 
     @property
     def final(self) -> bool:

@@ -202,7 +202,9 @@ def _accounted(job: dict) -> AccountedAttempt:
         exit_code=exit_code(job.get("exit_code")), submit=submit, end=_when(times.get("end"), "time.end"),
         nodes=nodes, partition=text(job.get("partition"), "partition"), comment=comment,
         restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
-        stdout=stdout, stderr=stderr, work_dir=workdir,  # slurmdbd's records name the user and group, no ids
+        stdout=stdout, stderr=stderr, work_dir=workdir,
+        # slurmdbd's records name the user and group, with no ids: the adapter looks them up.
+        user_name=text(job.get("user"), "user"), group_name=text(job.get("group"), "group"),
     )
 
 
