@@ -195,7 +195,10 @@ def api_answers(env: dict, job_ids: list[str]) -> dict[str, bytes]:
     with httpx.Client(base_url=base, timeout=30) as client:
         for path in paths:
             for label, headers in (("", {}), (" (token)", {"Authorization": f"Bearer {token(env)}"})):
-                answers[path + label] = client.get(path, headers=headers).content
+                answer = client.get(path, headers=headers)
+                # (a job's progress picture may not exist: no progress was ever reported)
+                assert answer.status_code == 200 or path.endswith("/progress"), (path, answer.status_code)
+                answers[path + label] = answer.content
     return answers
 
 
@@ -250,16 +253,19 @@ class BusRecorder:
         return [subj for subj, data in list(self.messages) if raw in data]
 
 
-def stream_bodies(env: dict, stream: str, subject: str) -> list[bytes]:
-    """Every message body a stream holds on `subject` (a filter), read by the admin user."""
+def stream_bodies(env: dict, stream: str, subject: str, after_seq: int = 0) -> list[bytes]:
+    """Every message body a stream holds on `subject` (a filter) after sequence `after_seq`, read by the admin
+    user."""
     async def read() -> list[bytes]:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         nc = await _admin_connection(env)
         try:
             js = nc.jetstream()
+            start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": after_seq + 1} \
+                if after_seq else {"deliver_policy": DeliverPolicy.ALL}
             sub = await js.pull_subscribe(subject, stream=stream, config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30))
+                ack_policy=AckPolicy.NONE, inactive_threshold=30, **start))
             bodies: list[bytes] = []
             while True:
                 try:
@@ -275,12 +281,24 @@ def stream_bodies(env: dict, stream: str, subject: str) -> list[bytes]:
     return asyncio.run(read())
 
 
-def dead_letters(env: dict, subject: str) -> list[dict]:
-    """The DLQ stream's entries for messages that were on `subject`."""
+def last_seq(env: dict, stream: str) -> int:
+    """The stream's last sequence now (read what comes after it with stream_bodies' after_seq)."""
+    async def read() -> int:
+        nc = await _admin_connection(env)
+        try:
+            return (await nc.jetstream().stream_info(stream)).state.last_seq
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def dead_letters(env: dict, subject: str, after_seq: int = 0) -> list[dict]:
+    """The DLQ stream's entries (after `after_seq`) for messages that were on `subject`."""
     from relaunch.common import subjects
 
     found = []
-    for body in stream_bodies(env, subjects.DLQ.name, subjects.ALL_DLQ):
+    for body in stream_bodies(env, subjects.DLQ.name, subjects.ALL_DLQ, after_seq):
         entry = json.loads(body)
         if entry.get("subject") == subject:
             found.append(entry)

@@ -20,8 +20,8 @@ import time
 import uuid
 
 import pytest
-from attacks import (DETECTOR, VENV_BIN, cancel, dead_letters, metric, run_dir, sacct_states, show, squeue_job, submit,
-                     wait_ledger, wait_state)
+from attacks import (DETECTOR, VENV_BIN, cancel, dead_letters, last_seq, metric, run_dir, sacct_states, show,
+                     squeue_job, submit, wait_ledger, wait_state)
 from slurmjobs import wait_until
 
 from relaunch.common import natsauth, subjects
@@ -73,6 +73,7 @@ def test_forged_nan_losses_for_another_user_s_job_are_refused_and_its_own_are_no
             for p in (run_dir(env) / "jobs").glob(f"*-{job}.out")), 60)
         wait_ledger(env, job, "the job in the ledger", lambda r: r["job"]["state"] == "RUNNING")
         before = {"no key": refused(env, "no key"), "unknown key": refused(env, "unknown key")}
+        dlq_seen = last_seq(env, subjects.DLQ.name)
 
         asyncio.run(forge(env, job, None, 1000))
         asyncio.run(forge(env, job, secrets.token_hex(16), 2000))
@@ -81,7 +82,7 @@ def test_forged_nan_losses_for_another_user_s_job_are_refused_and_its_own_are_no
         def dead_lettered() -> list[dict]:
             # Fails at once, rather than at the timeout, when the forged reports were taken (the job stopped).
             assert squeue_job(job)["state"] == "RUNNING", ("the forged NaN losses stopped the job", squeue_job(job))
-            return len(found := dead_letters(env, subject)) >= 12 and found
+            return len(found := dead_letters(env, subject, dlq_seen)) >= 12 and found
 
         letters = wait_until("the 12 forged reports dead-lettered", dead_lettered, 90)
         reasons = [entry["reason"] for entry in letters]
