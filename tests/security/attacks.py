@@ -26,8 +26,8 @@ from slurmjobs import wait_until
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 JOBS = Path(__file__).resolve().parent / "jobs"
-"""The attacks' job scripts (sbatch reads a script as the submitter and ships its text: nobody needs no
-access to this folder)."""
+"""The attacks' job scripts (sbatch reads a script as the submitter and ships its text: the user the job runs
+as needs no access to this folder)."""
 SLURM_WAIT_S = 90.0
 """How long a test waits for Slurm and the services (a loaded 2-core machine runs several suites at once)."""
 

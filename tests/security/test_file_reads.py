@@ -13,6 +13,7 @@ not in the API's answers with or without the token, not in `relaunch jobs show -
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -33,8 +34,8 @@ def refused_and_stopped(record: dict) -> bool:
 
 
 def test_nobody_s_jobs_really_run_as_nobody(services):
-    """The premise of the attacks above: slurmd (root) starts the job as nobody, so nobody's own output is
-    written and read as usual. (If this fails, the release's slurmd cannot setuid and the attacks above
+    """The premise of the attacks below: slurmd (root) starts the job as nobody, so nobody's own output is
+    written and read as usual. (If this fails, the release's slurmd cannot setuid and the attacks below
     prove nothing.)"""
     env, tag = services, uuid.uuid4().hex[:8]
     home = nobody_dir(env, tag)
@@ -58,6 +59,7 @@ def test_a_file_only_root_may_read_is_never_read_as_a_job_s_output(services, bus
     in_root_home = plant(Path("/root") / f"relaunch-secret-{tag}.txt", canary)
     link = home / "out.log"
     link.symlink_to(in_roots)
+    os.lchown(link, *nobody_ids())  # nobody's own link, in nobody's own directory
     swapped = home / f"swapped-{tag}.out"
     before = metric(env, DETECTOR, "relaunch_log_reads_refused_total")
     started = time.monotonic()
