@@ -288,13 +288,14 @@ class Observer:
         cached = self._paths.get((record.job_id, restarts)) or (
             self._paths.get((record.job_id, seen.restarts)) if seen else None)
         stdout, stderr = cached if cached and cached[0] else (record.stdout, record.stderr)
+        # Whose job it is: the record's owner where it names one, else what squeue said (never a mix).
+        user_id, group_id = ((record.user_id, record.group_id) if record.user_id is not None
+                             else (seen.user_id, seen.group_id) if seen else (None, None))
         await self._publish(
             record.job_id, key, name=seen.name if seen else record.name, state=record.state, reason="",
             restarts=restarts, nodes=list(record.nodes), comment=seen.comment if seen else record.comment,
             partition=record.partition or (seen.partition if seen else ""), stdout=stdout, stderr=stderr,
-            exit_code=record.exit_code, submit_time=first,
-            user_id=record.user_id if record.user_id is not None else (seen.user_id if seen else None),
-            group_id=record.group_id if record.group_id is not None else (seen.group_id if seen else None),
+            exit_code=record.exit_code, submit_time=first, user_id=user_id, group_id=group_id,
             work_dir=record.work_dir or (seen.work_dir if seen else ""))
         FROM_ACCOUNTING.labels(path).inc()
         log.info("observer: job %s attempt %d ended %s (exit code %s), from accounting (%s)", record.job_id,
