@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, TypeVar
 
-from ..progress.replay import WATCH, divergence_in
+from ..progress.watch import watched
 from .blocks import (MAX_LINE_BYTES, MAX_READ, REUSED_BLOCK_BYTES, UNCOUNTED_BLOCK_BYTES, iter_byte_blocks,
                      iter_reused_blocks)
 from .classifying import Classification, classify
@@ -58,15 +58,17 @@ def verdict_of_stream(stream: BinaryIO, scanner: Scanner, threads: int | None = 
             spool.seek(0)
             return verdict_of_stream(spool, scanner, threads, line_numbers)
     start = stream.tell()
-    watched: list[bool] = []
+    seen: list[bool] = []
 
     def watch(text: str) -> None:
-        if not watched and WATCH.search(text) is not None:
-            watched.append(True)
+        if not seen and watched(text):
+            seen.append(True)
 
     crash = classify_stream(stream, scanner, threads, line_numbers, on_text=watch)
-    if not watched:
+    if not seen:
         return crash
+    from ..progress.replay import divergence_in  # (the parsers: imported only for a log that needs them)
+
     stream.seek(start)
     positions = scanner.line_finder is not None and not line_numbers
     size = UNCOUNTED_BLOCK_BYTES if positions else REUSED_BLOCK_BYTES

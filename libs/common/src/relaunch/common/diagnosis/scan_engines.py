@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from ..progress.replay import WATCH
+from ..progress.watch import WATCH_SOURCES
 from .scanning import Scanner, scanner_for
 from .signatures import Catalogue
 
@@ -70,8 +70,8 @@ def _with_engine(scanner: Scanner, engine: Engine) -> Scanner:
     try:
         # The lines progress.replay must see go through the line finder too (offline.verdict_of_stream):
         # one pass of the engine over a block finds both.
-        patterns = [*scanner.explaining_patterns(), WATCH]
-        finder = line_finder(translation_key(patterns), lambda: superset_sources(patterns))
+        patterns = scanner.explaining_patterns()
+        finder = line_finder(translation_key(patterns), lambda: superset_sources(patterns) + WATCH_SOURCES)
     except Exception as exc:
         from .byte_patterns import Untranslatable  # the translation's own error (a cached database needs none)
 
@@ -85,13 +85,16 @@ def _with_engine(scanner: Scanner, engine: Engine) -> Scanner:
 def translation_key(patterns: list[re.Pattern[str]]) -> str:
     """Names what superset_sources(patterns) returns without computing it (the translation costs a
     few hundred milliseconds, a cache lookup nothing): the patterns, and the translating module's
-    own text, so that changing the translation never finds a stale database."""
+    own text, so that changing the translation never finds a stale database; and progress.watch's
+    WATCH_SOURCES, which the database holds as they are."""
     try:
         digest = hashlib.sha256(_TRANSLATION.read_bytes())
     except OSError:  # pragma: no cover - installed without source files: the patterns alone
         digest = hashlib.sha256(b"relaunch.common.diagnosis.byte_patterns")
     for pattern in patterns:
         digest.update(b"\0%d\0" % pattern.flags + pattern.pattern.encode("utf-8", "surrogatepass"))
+    for source in WATCH_SOURCES:  # added to the database as they are
+        digest.update(b"\0watch\0" + source)
     return digest.hexdigest()
 
 

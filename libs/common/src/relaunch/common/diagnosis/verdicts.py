@@ -11,8 +11,12 @@ so a divergence beats it wherever it is.
 
 from __future__ import annotations
 
-from ..progress.replay import Diverged
+from typing import TYPE_CHECKING
+
 from .classifying import Classification, Evidence, readable
+
+if TYPE_CHECKING:  # (the parsers are imported only for a log that needs them: offline.py)
+    from ..progress.replay import Diverged
 
 
 def from_divergence(found: Diverged) -> Classification:

@@ -281,9 +281,10 @@ def _float(raw: str) -> float | None:
     if raw[:1].isalpha() or raw[1:2].isalpha():
         raw = raw.lower().removesuffix(".0")
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         return None
+    return None if math.isinf(value) and raw[-1:].isdigit() else value  # digits beyond a double: no reading
 
 
 def _int(pattern: re.Pattern[str], text: str, pos: int = 0) -> int | None:

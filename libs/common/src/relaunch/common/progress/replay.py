@@ -3,39 +3,16 @@ parse_line and the divergence rules exactly as the detector's tracker applies th
 log batches (relaunch.detector.tracking: one mark per line, checkpoint saves ignored, a point without
 loss figures advancing the step only). Pure.
 
-Speed: parsing every line in Python costs about 8 us a line, a hundred times what the scan engine
-spends on it. WATCH names the lines without which no divergence verdict can be reached, and is cheap
-to look for with the scan engine (offline.py adds it to the engine's patterns):
-- a NaN or infinite loss or grad norm: each preset reads them after `loss`, `grad_norm` or `grad norm`
-  (parsing.py's _VAL), and Megatron counts `nan iterations`;
-- a skipped step: an fp16 overflow line (`OVERFLOW!`, `Gradient overflow`), DeepSpeed's `Current loss
-  scale already at minimum`, a non-zero count of Megatron's `skipped iterations` or DeepSpeed's
-  running `skipped=` total;
-- a loss scale collapse needs an overflow line or a skip in the same report.
-Without any of them the divergence state never leaves "steady" (no bad run, no skip, no collapse), so
-a log holding no WATCH line needs no replay at all; one that holds one is replayed from its start,
-exactly (tests/unit/test_divergence_replay.py checks both on random sequences of real lines).
+What it costs and when it runs: relaunch.common.progress.watch.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import divergence
 from .parsing import CheckpointMark, ProgressPoint, parse_line
-
-_VALUE_KEY = r"""(?i:loss|grad[ _]norm)(?:_step)?['"]?[ :=]\s*['"]?"""
-WATCH = re.compile("|".join((
-    _VALUE_KEY + r"(?i:nan|[-+]?inf)",
-    _VALUE_KEY + r"[-+]?[0-9.]*[eE]\+?[0-9]{3}",  # a value beyond a double's range reads as inf
-    r"verflow|VERFLOW|Current loss scale already at minimum",
-    r"(?:skipped|nan) iterations:\s*0*[1-9]",
-    r"skipped=0*[1-9]",
-)))
-"""Lines that may move the divergence rules off a steady run (module docstring); searched in a line's
-first parsing.MAX_LINE characters, as the parsers read them."""
 
 
 @dataclass(frozen=True)
