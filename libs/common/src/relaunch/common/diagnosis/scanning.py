@@ -4,7 +4,10 @@ Invariants:
 - a line is matched on its first MAX_LINE characters only, and no pattern nests quantifiers
   (pattern_analysis), so a huge or binary line costs bounded time;
 - a line gets the first signature, in catalogue order, whose pattern matches it (advice comes first
-  in the built-in catalogue, so a framework's hint is never read as the error it talks about);
+  in the built-in catalogue, so a framework's hint is never read as the error it talks about); a
+  pattern matches a line when it matches the line as printed or any of its records (prefixes.views:
+  from the end of each launcher, logger or container prefix, and behind a mid-line rank prefix), so
+  prefixes never hide an error, and the match keeps the raw line;
 - the prefilter only saves work and never changes a result: it looks for the literals that every
   match of a signature must contain (derived from the patterns, never hand-written), and a line is
   tried only against the signatures whose literals it holds;

@@ -27,8 +27,8 @@ _KEY = r"""(?i:loss|grad[ _]norm)(?:_step)?['"]?[ :=]\s*['"]?"""
 WATCH = re.compile("|".join((
     _KEY + r"(?i:nan|[-+]?inf)",  # a value as parsing's _VAL reads it: right after its key
     r"verflow|VERFLOW|Current loss scale already at minimum",
-    r"(?:skipped|nan) iterations:\s*0*[1-9]",
-    r"skipped=0*[1-9]",
+    r"(?:skipped|nan) iterations: {1,3}[1-9]",  # as parsing.py reads the counts: no leading zero
+    r"skipped=[1-9]",
 )))
 """Lines that may move the divergence rules off a steady run (module docstring); searched in a line's
 first parsing.MAX_LINE characters, as the parsers read them. Every preset prints a loss or grad norm
@@ -40,8 +40,11 @@ _BYTE_KEY = rb"(?:[Ll][Oo][Ss][Ss]|[Gg][Rr][Aa][Dd][ _][Nn][Oo][Rr][Mm])(?:_step
 WATCH_SOURCES = [
     _BYTE_KEY + rb"(?:[Nn][Aa][Nn]|[-+]?[Ii][Nn][Ff])",
     rb"verflow|VERFLOW|Current loss scale already at minimum",
-    rb"(?:skipped|nan) iterations:" + _WS + rb"*0*[1-9]",
-    rb"skipped=0*[1-9]",
+    # Literals: an engine finds them at the cost of one; the regular expressions above cost it a check
+    # at each `iterations:` of every Megatron line.
+    *(b"%s iterations:%s%d" % (what, b" " * spaces, digit)
+      for what in (b"skipped", b"nan") for spaces in (1, 2, 3) for digit in range(1, 10)),
+    *(b"skipped=%d" % digit for digit in range(1, 10)),
 ]
 """WATCH for the scan engine (Hyperscan's syntax, multi-line): a byte superset of it (non-ASCII
 whitespace is any byte >= 0x80; the letters Python folds to ASCII reach WATCH through the engine's
@@ -50,8 +53,8 @@ FOLDS_TO_ASCII pattern)."""
 
 _TAIL = r"""(?:_step)?['"]?[ :=]\s*['"]?(?:nan|[-+]?inf)"""
 _LOWERED_VALUES = (re.compile("loss" + _TAIL), re.compile("grad[ _]norm" + _TAIL))
-_ITERATIONS = re.compile(r" iterations:\s*0*[1-9]")
-_SKIPPED_TOTAL = re.compile(r"skipped=0*[1-9]")
+_ITERATIONS = re.compile(r" iterations: {1,3}[1-9]")
+_SKIPPED_TOTAL = re.compile(r"skipped=[1-9]")
 _FOLDS = re.compile("[\u0130\u0131\u017f\u212a]")
 """Letters that re.IGNORECASE equates with ASCII ones but lower() does not map to them."""
 
