@@ -126,7 +126,11 @@ def test_progress_lines_read_the_same_behind_any_prefix(prefix):
 
 # -- the property: every signature's examples keep their verdict under any stack of known prefixes -----
 EXAMPLES = sorted({e for sig in builtin_catalogue().signatures for e in sig.examples})
-prefix_stacks = st.lists(st.sampled_from(sorted(PREFIXES.values())), max_size=4).map("".join)
+JOINED = ["", "2026-12-04 10:00:00,123 INFO trainer: step 9 done [rank7]: ",
+          "[INFO] loading shards (RayTrainWorker pid=9, ip=10.0.0.5) "]
+"""A record of another process before the example on the same line (records joined on one line)."""
+prefix_stacks = st.tuples(st.sampled_from(JOINED), st.lists(st.sampled_from(sorted(PREFIXES.values())),
+                                                            max_size=4)).map(lambda t: t[0] + "".join(t[1]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
