@@ -29,6 +29,7 @@ PREFIXES = {
     "srun --label, padded": "  3: ",
     "torchrun rank": "[rank15]: ",
     "torchrun --tee local rank": "[default3]:",
+    "torchrun's rank template": "[15]:",
     "Ray worker": "(RayTrainWorker pid=1234, ip=10.0.0.5) ",
     "Ray task": "(pid=123) ",
     "Ray daemon": "(raylet) ",
@@ -110,6 +111,7 @@ def test_strip_names_the_global_rank_first_then_the_srun_task_then_the_local_ran
     assert prefixes.strip("0: [default3]:x") == (len("0: [default3]:"), 0)
     assert prefixes.strip("[default3]:x")[1] == 3
     assert prefixes.strip("[2026-12-04 10:00:00,123] [rank4]: x")[1] == 4
+    assert prefixes.strip("0: [12]:x")[1] == 12  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"
 
 
 @pytest.mark.parametrize("prefix", [*PREFIXES.values(), *STACKS], ids=[*PREFIXES, *STACKS])

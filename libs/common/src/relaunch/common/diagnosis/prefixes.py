@@ -32,13 +32,14 @@ MAX_SCAN = 8192
 _LEVEL = r"(?:DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
 _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d|\s?UTC)?"
 
-# One layer of prefix, matched at the front of what is left. The named group `rank` is a global rank
-# (torchrun's `[rank15]:`); `label` is srun's task label, `local` torchrun's `[<role><local_rank>]:`.
+# One layer of prefix, matched at the front of what is left. The named groups `rank` and `grank` are a
+# global rank (`[rank15]:`, `[15]:`); `label` is srun's task label, `local` torchrun's `[<role><local_rank>]:`.
 _LAYER = re.compile("|".join((
     r"(?:\x1b\[[0-9;]{0,20}m){1,4} ?",  # terminal colours (Ray colours its prefixes)
     r" {0,6}(?P<label>\d{1,6})(?:-\d{1,6})?: ",  # srun --label: `15: `, ` 3: ` (right-aligned)
-    r"\[rank(?P<rank>\d{1,6})\]: ?",  # torchrun's global rank
-    r"\[[A-Za-z_][A-Za-z_-]{0,40}(?P<local>\d{1,6})\]: ?",  # torchrun --tee: `[default3]:`
+    r"\[rank(?P<rank>\d{1,6})\]: ?",  # PyTorch's global rank
+    r"\[(?P<grank>\d{1,6})\]: ?",  # torchrun's log_line_prefix_template `[${rank}]:`
+    r"\[[A-Za-z_][A-Za-z_-]{0,40}(?P<local>\d{1,6})\]: ?",  # torchrun --tee, by default `[${role_name}${local_rank}]:`
     r"\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}(?:, ?[a-z_]{1,20}=[^,()\s]{1,80}){0,4}\) ?",  # Ray worker
     r"\((?:raylet|gcs_server|autoscaler|monitor|dashboard|log_monitor)(?:[ ,][^()\n]{0,60})?\) ?",  # Ray
     r"\[" + _ISO + r"\]:? ?",  # `[2026-12-04 10:00:00,123] `
@@ -97,7 +98,8 @@ def strip(line: str) -> tuple[int, int | None]:
     for _ in range(MAX_LAYERS):
         if layer is None or layer.end() == pos:
             break
-        rank = rank if rank is not None or layer["rank"] is None else int(layer["rank"])
+        glob = layer["rank"] or layer["grank"]
+        rank = rank if rank is not None or glob is None else int(glob)
         label = label if label is not None or layer["label"] is None else int(layer["label"])
         local = local if local is not None or layer["local"] is None else int(layer["local"])
         pos = layer.end()
@@ -111,8 +113,8 @@ def _stack(head: str, pos: int, ranks: tuple[int, ...]) -> tuple[View, ...]:
         layer = _LAYER.match(head, pos)
         if layer is None or layer.end() == pos:
             break
-        if layer["rank"] is not None:
-            ranks = (*ranks, int(layer["rank"]))
+        if (glob := layer["rank"] or layer["grank"]) is not None:
+            ranks = (*ranks, int(glob))
         pos = layer.end()
         out.append(View(pos, ranks))
     return tuple(out)
