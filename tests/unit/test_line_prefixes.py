@@ -68,7 +68,8 @@ def test_an_application_error_behind_any_known_prefix_is_still_an_application_er
 def test_the_prefixes_of_the_issue_stop_the_job_offline_and_live():
     """issue 36: each of these gave "no failure found", and live a job that printed it was restarted."""
     for prefix in ("15: [rank15]: ", "0: [default3]:", "(RayTrainWorker pid=1234, ip=10.0.0.5) "):
-        log = f"{prefix}Traceback (most recent call last):\n{prefix}  File \"train.py\", line 3\n{prefix}{TRACEBACK_END}\n"
+        log = "".join(f"{prefix}{line}\n" for line in (
+            "Traceback (most recent call last):", '  File "train.py", line 3', TRACEBACK_END))
         offline = verdict_of_stream(io.BytesIO(log.encode()), SCANNER)
         live = classify_batch(LogBatch(cluster="c", job_id="1", attempt=0, path="/x", offset=0,
                                        lines=log.splitlines(), read_at=dt.datetime.now(dt.UTC)), builtin_catalogue())
@@ -91,6 +92,8 @@ def test_records_joined_on_one_line_are_each_read():
            "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert verdict(line) == "cuda_illegal_memory_access"
     assert verdict("[INFO] loading shards [rank3]: KeyError: 'model.embed_tokens.weight'") == "python_application_error"
+    assert verdict("0: [default0]:step 9 done[default3]:ModuleNotFoundError: No module named 'x'") == \
+        "python_application_error"
 
 
 def test_a_prefix_never_hides_advice_nor_turns_a_warning_into_an_error():

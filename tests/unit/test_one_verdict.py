@@ -148,7 +148,8 @@ HF = "{{'loss': {0}, 'grad_norm': {1}, 'learning_rate': 1e-05, 'epoch': 0.{2}}}"
 DS_OVERFLOW = ("[2026-12-04 05:12:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
                "Skipping step. Attempted loss scale: {0}, reducing to {1}")
 DS_STEP = "[2026-12-04 01:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={0}, skipped={1}, lr=[2.9e-05]"
-TRACEBACK = "Traceback (most recent call last):\n  File \"train.py\", line 3\nModuleNotFoundError: No module named 'x'\n"
+TRACEBACK = ("Traceback (most recent call last):\n  File \"train.py\", line 3\n"
+             "ModuleNotFoundError: No module named 'x'\n")
 
 
 def _storm() -> str:

@@ -54,7 +54,7 @@ _LAYER = re.compile("|".join((
     r"[\w.-]{1,64}+ {1,30}\| ",  # docker compose: `trainer-1  | `
     r"[-|] ",  # what is left of a separator between the parts above
 )))
-_JOINED = re.compile(r"\[rank\d{1,6}\]:|\[[A-Za-z_][A-Za-z_-]{0,40}\d{1,6}\]: |\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}[,)]")
+_JOINED = re.compile(r"\[[A-Za-z_][A-Za-z_-]{0,40}\d{1,6}\]:|\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}[,)]")
 """Where a second record may start in the middle of a line: a torchrun or Ray worker prefix (a
 logger's record and a rank's traceback line written together, with no newline between them)."""
 
