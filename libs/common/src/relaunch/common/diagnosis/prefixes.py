@@ -39,7 +39,8 @@ _LAYER = re.compile("|".join((
     r" {0,6}(?P<label>\d{1,6})(?:-\d{1,6})?: ",  # srun --label: `15: `, ` 3: ` (right-aligned)
     r" {0,8}\[rank(?P<rank>\d{1,6})\]: ?",  # PyTorch's global rank
     r" {0,8}\[(?P<grank>\d{1,6})\]: ?",  # torchrun's log_line_prefix_template `[${rank}]:`
-    r" {0,8}\[[A-Za-z_][A-Za-z_-]{0,40}(?P<local>\d{1,6})\]: ?",  # torchrun --tee, by default `[${role_name}${local_rank}]:`
+    # torchrun --tee / --redirects, whose default prefix is `[${role_name}${local_rank}]:` (`[default3]:`)
+    r" {0,8}\[[A-Za-z_][A-Za-z_-]{0,40}(?P<local>\d{1,6})\]: ?",
     r"\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}(?:, ?[a-z_]{1,20}=[^,()\s]{1,80}){0,4}\) ?",  # Ray worker
     r"\((?:raylet|gcs_server|autoscaler|monitor|dashboard|log_monitor)(?:[ ,][^()\n]{0,60})?\) ?",  # Ray
     r"\[" + _ISO + r"\]:? ?",  # `[2026-12-04 10:00:00,123] `
