@@ -163,3 +163,15 @@ def test_classify_json_on_the_issue_examples(tmp_path, capsys):
     path.write_text(f"15: [rank15]: {TRACEBACK_END}\n")
     assert classify_command.main(["--json", str(path)]) == 0
     assert '"signature": "python_application_error"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("line", [
+    "WARNING:root:FileNotFoundError: [Errno 2] No such file or directory: 'cache.json'",
+    "2026-12-04 10:00:00,123 - WARNING - trainer - ModuleNotFoundError: No module named 'apex'",
+    "W1204 10:00:00.123456 1234 file.cc:12] RuntimeError: retrying the rendezvous",
+])
+def test_a_logged_warning_that_names_an_exception_is_not_the_crash(line):
+    """A record whose level says it is not an error is not read behind that level (a handled exception)."""
+    assert verdict_of_stream(io.BytesIO(line.encode() + b"\n"), SCANNER) is None
+    control = "ERROR:root:ModuleNotFoundError: No module named 'apex'\n"
+    assert verdict_of_stream(io.BytesIO(control.encode()), SCANNER) is not None

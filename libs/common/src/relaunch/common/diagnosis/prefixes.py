@@ -13,7 +13,9 @@ Invariants:
   fewer, so a verdict that held on the raw line still holds;
 - bounded time: at most MAX_LAYERS prefixes are taken off the front, at most MAX_JOINED records are
   looked for in the first MAX_SCAN characters, and no pattern nests quantifiers;
-- a line with no known prefix costs one failed `match` and one `search` that finds nothing.
+- a line with no known prefix costs one failed `match` and one `search` that finds nothing;
+- a record whose prefix says it is not an error (INFO, WARNING, ...: _QUIET) offers no view behind
+  that level: a logged warning naming an exception must never read as the crash itself.
 """
 
 from __future__ import annotations
@@ -45,16 +47,27 @@ _LAYER = re.compile("|".join((
     r"\((?:raylet|gcs_server|autoscaler|monitor|dashboard|log_monitor)(?:[ ,][^()\n]{0,60})?\) ?",  # Ray
     r"\[" + _ISO + r"\]:? ?",  # `[2026-12-04 10:00:00,123] `
     _ISO + r"(?: ?[|:-])? ",  # `2026-12-04T10:00:00.123Z `, `2026-12-04 10:00:00,123 - `
-    r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,4}\d{1,10} [\w./-]{1,120}:\d{1,6}\] ",  # glog
-    r"\[[IWEF](?:\d{4} [\d:.]{8,20}(?: {1,4}\d{1,10})?)? ?[\w./-]{1,120}:\d{1,6}\]:? ?",  # c10's glog
-    _LEVEL + r":[\w.<>-]{0,120}:",  # Python's logging.basicConfig: `INFO:root:`
-    r"\[" + _LEVEL + r"\]:? ?",  # `[INFO] `
-    r"\|? ?" + _LEVEL + r" {0,8}(?:[|:-] ?| )",  # `ERROR - `, `| ERROR    | `, `INFO `
+    r"(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,4}\d{1,10} [\w./-]{1,120}:\d{1,6}\] ",  # glog
+    r"\[(?P<c10>[IWEF])(?:\d{4} [\d:.]{8,20}(?: {1,4}\d{1,10})?)? ?[\w./-]{1,120}:\d{1,6}\]:? ?",  # c10's glog
+    r"(?P<lvl1>" + _LEVEL + r"):[\w.<>-]{0,120}:",  # Python's logging.basicConfig: `INFO:root:`
+    r"\[(?P<lvl2>" + _LEVEL + r")\]:? ?",  # `[INFO] `
+    r"\|? ?(?P<lvl3>" + _LEVEL + r") {0,8}(?:[|:-] ?| )",  # `ERROR - `, `| ERROR    | `, `INFO `
     r"\[[\w.-]{1,80}\.py:\d{1,6}(?::[\w<>.]{1,80})?\] ?",  # `[logging.py:96:log_dist] ` (DeepSpeed)
     r"[\w.<>-]{1,100}+:[\w<>.]{1,100}+:\d{1,6} - ",  # loguru's `module:function:12 - `
     r"[\w.-]{1,64}+ {1,30}\| ",  # docker compose: `trainer-1  | `
     r"[-|] ",  # what is left of a separator between the parts above
 )))
+_QUIET = frozenset({"DEBUG", "INFO", "NOTICE", "WARNING", "WARN", "TRACE", "I", "W"})
+"""Levels of a record that is not an error: a signature is not looked for behind them (a warning that
+names an exception, `WARNING:root:FileNotFoundError: ...`, is a handled one, not a crash), while the
+progress parsers still read through them (`INFO - step 100 ...`: strip)."""
+
+
+def _quiet(layer: re.Match) -> bool:
+    level = layer["lvl1"] or layer["lvl2"] or layer["lvl3"] or layer["glog"] or layer["c10"]
+    return level is not None and level in _QUIET
+
+
 _JOINED = re.compile(r"\[[A-Za-z_][A-Za-z_-]{0,40}\d{1,6}\]:|\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}[,)]")
 """Where a second record may start in the middle of a line: a torchrun or Ray worker prefix (a
 logger's record and a rank's traceback line written together, with no newline between them)."""
@@ -112,7 +125,7 @@ def _stack(head: str, pos: int, ranks: tuple[int, ...]) -> tuple[View, ...]:
     out = [View(pos, ranks)]
     for _ in range(MAX_LAYERS):
         layer = _LAYER.match(head, pos)
-        if layer is None or layer.end() == pos:
+        if layer is None or layer.end() == pos or _quiet(layer):
             break
         if (glob := layer["rank"] or layer["grank"]) is not None:
             ranks = (*ranks, int(glob))
