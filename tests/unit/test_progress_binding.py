@@ -19,6 +19,7 @@ KEY = "0123456789abcdef0123456789abcdef"
 class MemoryKeys:
     def __init__(self):
         self.sets: dict[tuple[str, str], set[str]] = {}
+        self.cached: dict[tuple[str, str], set[str]] = {}  # (ProgressKeys': what this process knows already)
 
     async def add(self, cluster, job_id, keys):
         self.sets.setdefault((cluster, job_id), set()).update(keys)

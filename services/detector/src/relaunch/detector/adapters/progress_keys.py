@@ -15,9 +15,9 @@ KEYS_TTL_S = 14 * 86400
 class ProgressKeys:
     def __init__(self, state: HotState) -> None:
         self.r = state.r
-        self._known: dict[str, set[str]] = {}
-        """job -> keys found in Redis already (bounded: cleared past 20,000 jobs): a report's key is looked
-        up once per process, not once per report."""
+        self.cached: dict[tuple[str, str], set[str]] = {}
+        """(cluster, job) -> keys found in Redis already (bounded: cleared past 20,000 jobs): a report's key
+        is looked up once per process, not once per report."""
 
     async def add(self, cluster: str, job_id: str, keys: list[str]) -> None:
         """Record keys read in the job's own log (at most MAX_KEYS a job)."""
@@ -35,7 +35,7 @@ class ProgressKeys:
         out: dict[str, set[str]] = {}
         ask: list[tuple[str, list[str]]] = []
         for job_id, keys in wanted.items():
-            have = self._known.get(job_id, set())
+            have = self.cached.get((cluster, job_id), set())
             out[job_id] = keys & have
             missing = sorted(keys - have)
             if missing:
@@ -46,11 +46,11 @@ class ProgressKeys:
                 for job_id, missing in ask:
                     pipe.smismember(f"rl:pkeys:{cluster}:{job_id}", missing)
                 replies = await pipe.execute()
-            if len(self._known) > 20_000:
-                self._known.clear()
+            if len(self.cached) > 20_000:
+                self.cached.clear()
             for (job_id, missing), found in zip(ask, replies):
                 hits = {k for k, hit in zip(missing, found) if hit}
                 if hits:
-                    self._known.setdefault(job_id, set()).update(hits)
+                    self.cached.setdefault((cluster, job_id), set()).update(hits)
                     out[job_id] |= hits
         return out
