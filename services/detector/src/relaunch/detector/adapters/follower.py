@@ -185,6 +185,8 @@ class Follower:
                     # Crash between publish and this write: the batch is re-read and re-published with
                     # the same Msg-Id, which JetStream drops.
                     await self.state.set_offset(self.cluster, job_id, path, offset)
+                    if not chunk.more:
+                        break  # all there was: no second open (each is a checked walk, logfiles.open_as_owner)
         return published
 
     async def _refuse(self, job_id: str, path: str, why: str) -> None:

@@ -26,6 +26,23 @@ from ..domain.file_access import Entry, Owner, Refused, check_directory, check_f
 GROUPS_TTL_S = 300.0
 """How long a user's group list, read from the system's user database, is kept."""
 _groups: dict[tuple[int, int], tuple[float, frozenset[int]]] = {}
+REAL_TTL_S = 30.0
+"""How long a path's resolution (symlinks followed) is kept. Safe to keep: what is read is decided by the
+checks on the inodes the walk opens, never by the resolution; a stale one only makes a walk fail."""
+_real: dict[str, tuple[float, str]] = {}
+
+
+def resolved(path: str) -> str:
+    """os.path.realpath, kept REAL_TTL_S (a resolution costs an lstat() per component)."""
+    now = time.monotonic()
+    hit = _real.get(path)
+    if hit is not None and now - hit[0] < REAL_TTL_S:
+        return hit[1]
+    if len(_real) > 50_000:
+        _real.clear()
+    real = os.path.realpath(path)
+    _real[path] = (now, real)
+    return real
 
 
 @dataclass(frozen=True)
@@ -82,8 +99,8 @@ def open_as_owner(path: str, access: Access) -> int:
                       "is not read")
     if not path.startswith("/"):
         raise Refused(f"{path!r} is not an absolute path")
-    real = os.path.realpath(path)
-    roots = tuple(os.path.realpath(r) for r in access.roots if r.startswith("/"))
+    real = resolved(path)
+    roots = tuple(resolved(r) for r in access.roots if r.startswith("/"))
     if not within(real, roots):
         raise Refused(f"{path} lies outside the allowed log roots ({', '.join(roots) or 'none'}; "
                       "RELAUNCH_DETECTOR_LOG_ROOTS and the job's working directory)")
@@ -130,6 +147,8 @@ class Chunk:
     ends: list[int]
     """Byte offset just past each line (exact, whatever decoding or cutting did to the text)."""
     next_offset: int
+    more: bool = False
+    """The read stopped at its size limit: there may be more to read now."""
 
 
 def unreadable_reason(paths: list[str], access: Access) -> str | None:
@@ -178,6 +197,7 @@ def read_new_lines(path: str, offset: int, access: Access, max_read: int = MAX_R
             return Chunk(offset, [], [], offset)
         fh.seek(offset)
         data = fh.read(max_read)
+    more = len(data) >= max_read
     lines: list[str] = []
     ends: list[int] = []
     consumed = 0
@@ -205,4 +225,4 @@ def read_new_lines(path: str, offset: int, access: Access, max_read: int = MAX_R
             continue
         lines.append(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         ends.append(offset + consumed)
-    return Chunk(offset, lines, ends, offset + consumed)
+    return Chunk(offset, lines, ends, offset + consumed, more)
