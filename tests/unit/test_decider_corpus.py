@@ -40,6 +40,12 @@ KNOWN_CLASSIFIER_MISSES = {
     "c011": "classified as an infrastructure CUDA illegal memory access (restart); the label says no_retry",
     # issue 16: a SIGKILL with no OOM line is a restartable kill from outside (test_corpus.py says why)
     "c028": "torchrun exitcode -9 without an OOM line: restarted; the label guesses host OOM (no_retry)",
+    # issue 36: the excerpts added to tests/corpus (development split), as classified when they were added;
+    # docs/accuracy.md lists every miss of both splits. Measured, not tuned: remove an entry when it passes.
+    "n008": "classified gpu_lost (hardware, restart_excluding), but the culprit host cn-234 is not among the nodes it names",
+    "n011": "nothing found; the label says restart_after_fix_unknown (rendezvous_store_error)",
+    "n022": "classified runtime_error (unknown, restart); the label says no_retry (user_code_error)",
+    # NEW_MISSES
 }
 
 
