@@ -8,6 +8,7 @@ import logging
 import pytest
 from memorybus import Streams, memory_bus
 
+from relaunch.actuator.domain.launches import BatchStep
 from relaunch.actuator.domain.observing import Observed
 from relaunch.actuator.handlers import Reconciler, handle_advice
 from relaunch.common.errors import TemporaryError
@@ -24,11 +25,15 @@ async def memory():
 
 
 class Slurm:
-    def __init__(self, observed: Observed) -> None:
-        self.observed, self.steps = observed, []
+    def __init__(self, observed: Observed, batch: BatchStep | None = None) -> None:
+        self.observed, self.steps, self.batch, self.batch_asked = observed, [], batch, 0
 
     async def observe(self, job_id):
         return self.observed
+
+    async def batch_step(self, job_id, submitted):
+        self.batch_asked += 1
+        return self.batch
 
     async def run_command(self, argv):
         self.steps.append(argv)
@@ -77,7 +82,8 @@ async def test_a_refused_launch_is_requeued_and_audited_under_a_key_the_decider_
     at = dt.datetime(2026, 12, 1, 7, 15, 44, tzinfo=dt.UTC)
     refused = Observed(exists=True, state="FAILED", reason="NonZeroExitCode", restarts=1, exit_code="1:0",
                        submitted=at, started=at, ended=at, nodes=("node1",))
-    (bus, streams), slurm = memory, Slurm(refused)
+    # Slurm's accounting: the successor's batch step was closed by slurmctld, never run (domain/launches.py).
+    (bus, streams), slurm = memory, Slurm(refused, BatchStep("CANCELLED", ""))
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
                     issued_at=NOW, expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30))
     caplog.set_level(logging.WARNING, logger="relaunch.actuator.handlers")
@@ -87,3 +93,20 @@ async def test_a_refused_launch_is_requeued_and_audited_under_a_key_the_decider_
     audits = [(p.body, p.msg_id) for p in streams.messages if isinstance(p.body, AuditEntry)]
     assert [(m.action, i) for m, i in audits][0] == ("launch refused", "actuator.c.7.1.launch-refused.1")
     assert "no attempt spent" in audits[0][0].detail
+
+
+@pytest.mark.parametrize("batch", [BatchStep("FAILED", "1:0"), None], ids=["script-ran", "no-accounting"])
+async def test_a_successor_that_failed_at_once_is_not_taken_for_a_refused_launch(memory, caplog, batch):
+    # The issue-36 case: the successor started in the second of its requeue, printed its error and exited 1
+    # in that second. Its batch step says the script ran (or accounting says nothing): no free requeue.
+    at = dt.datetime(2026, 12, 1, 7, 15, 44, tzinfo=dt.UTC)
+    failed = Observed(exists=True, state="FAILED", reason="NonZeroExitCode", restarts=1, exit_code="1:0",
+                      submitted=at, started=at, ended=at, nodes=("node1",))
+    (bus, streams), slurm = memory, Slurm(failed, batch)
+    advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
+                    issued_at=NOW, expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30))
+    await handle_advice(Reconciler(bus, slurm, "act", RecordingHolds(), None), advice, None)
+    assert slurm.steps == [] and slurm.batch_asked == 1
+    assert not [m for m in streams.of(AuditEntry) if m.action == "launch refused"]
+    (final,) = streams.of(ReconcileStatus)
+    assert final.status == "CONVERGED" and "is FAILED" in final.detail

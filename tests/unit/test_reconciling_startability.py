@@ -6,10 +6,11 @@ import datetime as dt
 
 import pytest
 
+from relaunch.actuator.domain.launches import BatchStep
 from relaunch.actuator.domain.observing import Observed
 from relaunch.actuator.domain.rest_values import observed_from_rest
 from relaunch.actuator.domain.reconciling import (
-    CANNOT_START, EXCLUSION_DROPPED, LAUNCH_REFUSED, MAX_LAUNCH_RETRIES, SCHEDULER_LOOK, plan, would_run,
+    ACCOUNTING_WAIT, CANNOT_START, EXCLUSION_DROPPED, LAUNCH_REFUSED, MAX_LAUNCH_RETRIES, SCHEDULER_LOOK, plan, would_run,
 )
 from relaunch.actuator.domain.startability import earliest_launch, launch_refused, never_starts
 from relaunch.common.schemas import Advice
@@ -144,10 +145,16 @@ def test_an_attempt_that_ended_before_its_requeue_was_revoked_when_it_ended():
         "wait"
 
 
+NEVER_RAN = BatchStep("CANCELLED", "")
+"""The refused successor's batch step in sacct (22.05.8): closed by slurmctld, no exit code."""
+RAN = BatchStep("FAILED", "1:0")
+"""A script that ran and exited 1 at once."""
+
+
 def test_a_refused_launch_is_requeued_again_under_the_same_advice_and_audited():
     refused = scontrol(REFUSED)
-    assert launch_refused(refused)
-    p = plan(advice(), refused, NOW, 1)
+    assert launch_refused(refused, NEVER_RAN)
+    p = plan(advice(), refused, NOW, 1, batch=NEVER_RAN)
     assert (p.kind, p.step) == ("step", "requeuehold")
     assert p.notice_action == LAUNCH_REFUSED and p.notice_key == "launch-refused.1"
     assert "killed the successor (restart 1) at launch" in p.notice and "no attempt spent" in p.notice
@@ -156,7 +163,7 @@ def test_a_refused_launch_is_requeued_again_under_the_same_advice_and_audited():
     assert plan(advice(), again, NOW, 1).step == "release"
     # Bounded: after MAX_LAUNCH_RETRIES refusals the failure is the decider's to judge.
     last = Observed(**{**refused.__dict__, "restarts": MAX_LAUNCH_RETRIES + 1})
-    assert plan(advice(), last, NOW, 1).kind == "converged"
+    assert plan(advice(), last, NOW, 1, batch=NEVER_RAN).kind == "converged"
 
 
 @pytest.mark.parametrize("change", [
@@ -169,6 +176,25 @@ def test_a_refused_launch_is_requeued_again_under_the_same_advice_and_audited():
 ])
 def test_a_failure_of_the_job_itself_is_not_taken_for_a_refused_launch(change):
     o = Observed(**{**scontrol(REFUSED).__dict__, **change})
-    assert not launch_refused(o)
+    assert not launch_refused(o, NEVER_RAN)
     if o.restarts:
-        assert plan(advice(), o, NOW, 1).step != "requeuehold"
+        assert plan(advice(), o, NOW, 1, batch=NEVER_RAN).step != "requeuehold"
+
+
+def test_a_script_that_failed_in_the_second_of_its_requeue_is_no_refused_launch():
+    # Issue 36: the job's record is the refused launch's to the second (FAILED 1:0, started and ended in the
+    # second of its requeue), but its batch step ran: the failure is the job's own, and it spends an attempt.
+    failed = scontrol(REFUSED)
+    assert not launch_refused(failed, RAN)
+    p = plan(advice(), failed, NOW, 1, batch=RAN)
+    assert (p.kind, p.step, p.notice) == ("converged", None, "") and "is FAILED" in p.detail
+
+
+def test_without_slurms_accounting_a_fast_failure_waits_briefly_then_counts_as_run():
+    failed = scontrol(REFUSED)
+    for batch in (None, BatchStep("RUNNING", "")):  # not recorded yet / not closed yet
+        assert not launch_refused(failed, batch)
+        waiting = plan(advice(), failed, NOW, 1, batch=batch)
+        assert waiting.kind == "wait" and "accounting of its batch step" in waiting.detail
+        later = plan(advice(), failed, failed.ended + ACCOUNTING_WAIT, 1, batch=batch)
+        assert later.kind == "converged" and later.step is None, "never a free retry on a guess"

@@ -29,9 +29,11 @@ from .adapters.coordination import HoldRegistry
 from .adapters.ratelimit import ActionRateLimit
 from .adapters.slurm import Slurm
 from .domain.draining import Drain, lost_nodes, plan_downs, plan_drains
+from .domain.launches import BatchStep
 from .domain.observing import Observed
 from .domain.reconciling import OBSERVE_MODE, SCHEDULER_REJECTED, Plan, observe_only, plan
 from .domain.refusals import Refusals, describe
+from .domain.startability import possibly_refused
 from .metrics import observe_recovery
 from .observer import Observer  # noqa: F401  (re-exported: the composition root wires it from here)
 
@@ -101,7 +103,8 @@ class Reconciler:
         newest = await self.newest_generation(advice)
         drains = await self._drains_to_do(advice) + await self._downs_to_do(advice, observed)
         p = plan(advice, observed, utcnow(), newest, self.partitions, drains,
-                 self._ended.get((advice.cluster, advice.job_id, advice.generation, observed.restarts)))
+                 self._ended.get((advice.cluster, advice.job_id, advice.generation, observed.restarts)),
+                 await self._batch_step(advice, observed))
         if p.kind in ("converged", "abandoned"):
             await self._notice(advice, p)
             await self._finish(advice, "CONVERGED" if p.kind == "converged" else "ABANDONED", p.reason, p.detail)
@@ -122,6 +125,19 @@ class Reconciler:
             return Outcome(False, f"{p.step} taken; verifying", VERIFY_AGAIN_S, inline=False)
         await self._notice(advice, p)
         return await self._take_step(advice, p, observed)
+
+    async def _batch_step(self, advice: Advice, observed: Observed) -> BatchStep | None:
+        """The batch step of the attempt Slurm shows, from its accounting, only when the job's record
+        allows a refused launch (startability.py, rule 3); None when not asked or not known: then the
+        attempt counts as one that ran."""
+        if advice.operation != "restart" or not possibly_refused(observed) or observed.submitted is None:
+            return None
+        try:
+            return await self.slurm.batch_step(advice.job_id, observed.submitted)
+        except (TemporaryError, PermanentError) as exc:
+            log.info("advice %s/%s gen %d: the batch step of restart %d is not known (%s): counted as run",
+                     advice.cluster, advice.job_id, advice.generation, observed.restarts, exc)
+            return None
 
     async def _notice(self, advice: Advice, p: Plan) -> None:
         """A plan's notice: a warning in the log and an audit entry (one per Advice and notice key)."""

@@ -20,6 +20,7 @@ from relaunch.common.errors import PermanentError, TemporaryError
 
 from ..domain.accounting import AccountedAttempt, available_fields, parse_sacct
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
+from ..domain.launches import BATCH_STEP_FIELDS, BatchStep, batch_step_of
 from ..domain.observing import NodeCondition, Observed, parse_node_conditions, usable_nodes_by_partition
 from ..domain.rest_values import job_of, observed_from_rest
 from ..domain.slurm_values import Unreadable
@@ -162,6 +163,13 @@ class Slurm:
     async def accounting(self, job_ids: list[str]) -> list[AccountedAttempt]:
         """Every accounting record (one per attempt) of these job ids, older jobs with the same id included."""
         return await self._sacct("-j", ",".join(check(JOB_ID, j, "job id") for j in job_ids))
+
+    async def batch_step(self, job_id: str, submitted: dt.datetime) -> BatchStep | None:
+        """The batch step of the job's attempt submitted at `submitted`, as accounting closed it (None:
+        not recorded yet). It tells a launch Slurm refused from a script that ran (domain/launches.py)."""
+        out = await self._run(["sacct", "-j", check(JOB_ID, job_id, "job id"), "-D", "-P", "-n",
+                               f"--format={','.join(BATCH_STEP_FIELDS)}"])
+        return batch_step_of(out, job_id, submitted)
 
     async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
         """Every accounting record of a job that was pending, running or ended since `start`."""

@@ -33,6 +33,7 @@ from relaunch.common.errors import PermanentError, TemporaryError
 
 from ..domain.accounting import AccountedAttempt
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
+from ..domain.launches import BatchStep, batch_step_from_rest
 from ..domain.observing import NodeCondition, Observed
 from ..domain.rest_calls import REQUEUE_SINCE, SUPPORTED, Api, RestCall, pick_api, rest_call
 from ..domain.rest_values import accounted_from_rest, error_text, first_job, node_conditions_from, usable_nodes_from
@@ -228,6 +229,13 @@ class SlurmRest:
             answer = await self._get(f"/slurmdb/{v}/job/{check(JOB_ID, job_id, 'job id')}", "slurmdb job")
             records += accounted_from_rest(answer)
         return with_ids(records)
+
+    async def batch_step(self, job_id: str, submitted: dt.datetime) -> BatchStep | None:
+        """The batch step of the job's attempt submitted at `submitted`, as slurmdbd recorded it (None: not
+        recorded yet); it tells a launch Slurm refused from a script that ran (domain/launches.py)."""
+        v = await self._slurmdb()
+        answer = await self._get(f"/slurmdb/{v}/job/{check(JOB_ID, job_id, 'job id')}", "slurmdb job")
+        return batch_step_from_rest(answer, job_id, submitted)
 
     async def accounting_since(self, start: dt.datetime) -> list[AccountedAttempt]:
         """Every accounting record of a job that was pending, running or ended since `start` (all users)."""

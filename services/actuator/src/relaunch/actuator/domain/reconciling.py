@@ -19,8 +19,10 @@ scheduler's state read just now, never on which event woke us. Invariants:
 - `StartTime=now` waits for the wall-clock second after the one that revoked the last attempt's
   job credentials (Slurm's credential rule, startability.py);
 - a successor Slurm killed at launch (its credential revoked) is requeued again under the same
-  Advice, at most MAX_LAUNCH_RETRIES times: only while the attempt Slurm shows has the refused-launch
-  signature, which the requeue itself clears, so a replay never requeues twice.
+  Advice, at most MAX_LAUNCH_RETRIES times: only on Slurm's own evidence that its script never ran
+  (its batch step, closed by slurmctld with no exit code: startability.py rule 3, launches.py), never
+  on timing alone, and only while the attempt Slurm shows has it, which the requeue itself clears, so a
+  replay never requeues twice. Without that evidence the attempt counts as one the job ran.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from relaunch.common.schemas import Advice
 
 from .commands import drain_argv, step_argv
 from .draining import Drain
+from .launches import BatchStep
 from .observing import Observed
-from .startability import earliest_launch, launch_refused, launched, never_starts, required_conflicts
+from .startability import (earliest_launch, launch_refused, launched, never_starts, possibly_refused,
+                           required_conflicts)
 
 Step = Literal["requeuehold", "exclude", "release", "start_now", "cancel", "drain"]
 
@@ -48,6 +52,9 @@ SCHEDULER_LOOK = dt.timedelta(seconds=30)
 scheduler) before it converges all the same: a long queue may take that long to reach it."""
 MAX_LAUNCH_RETRIES = 3
 """Refused launches of one Advice's successor that are requeued again; past that, the failure is the decider's."""
+ACCOUNTING_WAIT = dt.timedelta(seconds=5)
+"""How long after a possibly refused successor ended its batch step's accounting is waited for; past that
+(accounting off, slow or unreachable) the attempt counts as one that ran: no free retry on a guess."""
 
 # Bounded reasons (ReconcileStatus.reason).
 DESIRED_STATE_OBSERVED = "desired state observed"
@@ -102,12 +109,14 @@ class WouldRun:
 
 def plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
          partitions: frozenset[str] = frozenset(), drains: tuple[Drain, ...] = (),
-         ended_before_requeue: dt.datetime | None = None) -> Plan:
+         ended_before_requeue: dt.datetime | None = None, batch: BatchStep | None = None) -> Plan:
     """`partitions`: the allowlist (empty: every partition). `drains`: the node drains still to do
     (empty unless drain is on). `ended_before_requeue`: the EndTime Slurm showed for the attempt this
-    Advice requeued, when it had already ended then (a hint the caller remembers; None: unknown)."""
+    Advice requeued, when it had already ended then (a hint the caller remembers; None: unknown).
+    `batch`: the batch step of the attempt Slurm shows, as its accounting recorded it (the caller looks
+    it up only when startability.possibly_refused says it matters; None: not known)."""
     return _with_command(advice, observed, _plan(advice, observed, now, newest_generation, partitions, drains,
-                                                 ended_before_requeue))
+                                                 ended_before_requeue, batch))
 
 
 def _with_command(advice: Advice, observed: Observed, p: Plan) -> Plan:
@@ -125,7 +134,8 @@ def _with_command(advice: Advice, observed: Observed, p: Plan) -> Plan:
 
 
 def _plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generation: int,
-          partitions: frozenset[str], drains: tuple[Drain, ...], ended_before_requeue: dt.datetime | None) -> Plan:
+          partitions: frozenset[str], drains: tuple[Drain, ...], ended_before_requeue: dt.datetime | None,
+          batch: BatchStep | None = None) -> Plan:
     if newest_generation > advice.generation:
         return Plan("abandoned", SUPERSEDED, f"generation {newest_generation} exists")
     if now > advice.expires_at:
@@ -142,7 +152,7 @@ def _plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generatio
                     drain=first)
     if advice.operation == "terminate":
         return _plan_terminate(observed)
-    return _plan_restart(advice, observed, now, ended_before_requeue)
+    return _plan_restart(advice, observed, now, ended_before_requeue, batch)
 
 
 def _plan_terminate(observed: Observed) -> Plan:
@@ -152,7 +162,7 @@ def _plan_terminate(observed: Observed) -> Plan:
 
 
 def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime,
-                  ended_before_requeue: dt.datetime | None = None) -> Plan:
+                  ended_before_requeue: dt.datetime | None = None, batch: BatchStep | None = None) -> Plan:
     state = observed.state
     if observed.restarts <= advice.attempt:
         # The failed attempt has not been requeued yet.
@@ -171,7 +181,13 @@ def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime,
     # The successor exists (restart counter advanced): make it runnable, then verify.
     if state in TRANSIENT_STATES:
         return Plan("wait", WAITING, f"successor is {state}", delay=POLL_FAST)
-    if launch_refused(observed):
+    if possibly_refused(observed) and not launch_refused(observed, batch):
+        closed = batch is not None and batch.state not in ("", "PENDING", "RUNNING")
+        if not closed and observed.ended is not None and now < observed.ended + ACCOUNTING_WAIT:
+            return Plan("wait", WAITING, f"successor (restart {observed.restarts}) failed at once; waiting for "
+                        "Slurm's accounting of its batch step, which tells a refused launch from a script that "
+                        "ran", delay=POLL_SLOW)
+    if launch_refused(observed, batch):
         if observed.restarts - advice.attempt > MAX_LAUNCH_RETRIES:
             return Plan("converged", DESIRED_STATE_OBSERVED,
                         f"Slurm refused to launch the successor {observed.restarts - advice.attempt} times "
@@ -179,9 +195,10 @@ def _plan_restart(advice: Advice, observed: Observed, now: dt.datetime,
         if not observed.requeue_allowed:
             return Plan("abandoned", SCHEDULER_REJECTED, "the job was submitted with --no-requeue")
         notice = (f"Slurm killed the successor (restart {observed.restarts}) at launch, before its script ran: it "
-                  f"started and ended in {_second(observed.started)}, the second of its requeue, whose job "
-                  "credentials Slurm had revoked (ExitCode 1:0, RunTime 0); requeued again under this Advice, "
-                  "no attempt spent")
+                  f"started and ended in {_second(observed.started)}, the second of its requeue, and Slurm's "
+                  "accounting shows its batch step closed by slurmctld, never run (CANCELLED, no exit code; "
+                  "slurmd refused the launch, e.g. its job credential revoked); requeued again under this "
+                  "Advice, no attempt spent")
         return Plan("step", STEP_TAKEN, notice, step="requeuehold", notice=notice, notice_action=LAUNCH_REFUSED,
                     notice_key=f"launch-refused.{observed.restarts}")
     exclude, dropped = exclusions(advice, observed)

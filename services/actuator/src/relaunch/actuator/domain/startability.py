@@ -28,10 +28,16 @@ Three Slurm rules the restart plan must respect (checked on 22.05.8, read in the
    the second after it is used instead. `StartTime=now` is resolved by scontrol on this host, so the
    rule holds even when this host's clock and slurmctld's differ (the begin time sent is then
    itself at least that second).
-3. What a refused launch looks like, reproduced on 22.05.8: `JobState=FAILED Reason=NonZeroExitCode
-   ExitCode=1:0 RunTime=00:00:00`, StartTime = EndTime = SubmitTime (one second), and nothing in the
-   job's output: the batch script never ran. slurmctld ends it with job_complete(..., 256) (agent.c,
-   _wif_status()), which is why the exit code looks like the script's own `exit 1`.
+3. What a refused launch looks like, reproduced on 22.05.8: the job's record says `JobState=FAILED
+   Reason=NonZeroExitCode ExitCode=1:0 RunTime=00:00:00`, StartTime = EndTime = SubmitTime (one
+   second): slurmctld ends it with job_complete(..., 256) (agent.c, _wif_status()), which is why the
+   exit code looks like the script's own `exit 1`. A script that fails at once on its own looks the
+   same in all of those (seen on 22.05.8: `StartTime=now` let the successor start in the second of its
+   requeue when its predecessor had ended before it, and it printed its error and exited 1 in that
+   second). What only a refusal leaves is its batch step: slurmctld built it and closed it itself,
+   `CANCELLED` with no exit code, where a script that ran leaves `FAILED 1:0` (launches.py). So the
+   job's record only makes a refusal possible (possibly_refused: cheap, read every pass); Slurm's
+   accounting of the batch step decides (launch_refused), and without it nothing is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .hostlists import expand
+from .launches import BatchStep
 from .observing import Observed
 
 NEVER_STARTS = frozenset({
@@ -108,19 +115,24 @@ def never_starts(observed: Observed, exclude: tuple[str, ...] | list[str] = ()) 
     return ""
 
 
-def launch_refused(observed: Observed) -> bool:
-    """Rule 3: this attempt is a successor that Slurm killed at launch, before the batch script ran.
-
-    Certain, not guessed: a restarted job (Restarts > 0) that ended FAILED with ExitCode 1:0 in the
-    very second it started, and started no later than the second it was requeued in (SubmitTime) --
-    the second whose credentials its predecessor's end revoked. A script that fails at once on its own
-    is launched at least a second after its requeue by this plan, so it does not look like this."""
+def possibly_refused(observed: Observed) -> bool:
+    """Rule 3, the job's record: a restarted job (Restarts > 0) that ended FAILED with ExitCode 1:0 in the
+    very second it started, no later than the second it was requeued in (SubmitTime), as a successor
+    Slurm killed at launch does. Not proof: a script that fails at once looks the same."""
     if observed.restarts < 1 or observed.state != "FAILED" or observed.exit_code != "1:0":
         return False
     start, end, submit = observed.started, observed.ended, observed.submitted
     if start is None or end is None or submit is None:
         return False
-    return start.replace(microsecond=0) == end.replace(microsecond=0) and start <= submit
+    return start.replace(microsecond=0) == end.replace(microsecond=0) and start.replace(microsecond=0) <= submit
+
+
+def launch_refused(observed: Observed, batch: BatchStep | None) -> bool:
+    """Rule 3: this attempt is a successor that Slurm killed at launch, before its batch script ran.
+    Only from Slurm's own evidence: the job's record allows it (possibly_refused) and the attempt's batch
+    step, as Slurm's accounting closed it, was never run by a slurmstepd (launches.py). Without that
+    record (`batch` None: accounting off, slow or unreachable) the attempt counts as one that ran."""
+    return possibly_refused(observed) and batch is not None and batch.never_ran
 
 
 def launched(observed: Observed, now: dt.datetime) -> bool:
