@@ -1,9 +1,12 @@
 """A successor Slurm killed at launch (its credential revoked) spends no attempt (domain/history.py, policy.py)."""
 
 import datetime as dt
+from dataclasses import replace
+
+import pytest
 
 from relaunch.common.schemas import AnomalyDetected
-from relaunch.decider.domain.history import RestartRecord
+from relaunch.decider.domain.history import AttemptRecord, RestartRecord
 from relaunch.decider.domain.policy import History, Policy, decide
 
 NOW = dt.datetime(2026, 12, 1, 7, 16, tzinfo=dt.UTC)
@@ -52,3 +55,47 @@ def test_the_decider_waits_for_the_actuators_word_while_the_advice_verifies_the_
     assert converged.launch_verdict_pending(1, NOW) is None
     refused = History(restarts=(restart(0, 1, "PENDING"),), launch_refused=frozenset({1}))
     assert refused.launch_verdict_pending(1, NOW) is None
+
+
+def crash_line(attempt: int) -> AnomalyDetected:
+    return scheduler_failed(attempt).model_copy(update={
+        "anomaly_id": f"c.1.{attempt}.log", "source": "log", "signature_id": "python_traceback",
+        "category": "python_exception", "summary": "Traceback (most recent call last): ..."})
+
+
+def test_an_attempt_that_shows_it_ran_is_never_a_free_refused_launch():
+    # Issue 36: the actuator once took a script that failed in the second of its requeue for a refused launch.
+    # Whatever it says, an attempt that logged an error or reported a step of its own ran, and spends one.
+    said_refused = History(decided_attempts=frozenset({0}), last_generation=1, restarts=(restart(0, 1),),
+                           launch_refused=frozenset({1}))
+    d = decide(said_refused, crash_line(1), Policy(max_attempts=2), NOW)
+    assert d.rule != "launch_refused" and d.rule == "max_attempts"
+    stepped = History(decided_attempts=frozenset({0}), last_generation=1, restarts=(restart(0, 1),),
+                      attempts=(AttemptRecord(0), AttemptRecord(1, high_step=40)), launch_refused=frozenset({1}))
+    assert stepped.refused_launches() == frozenset() and stepped.attempts_used(1) == 2
+    assert decide(stepped, scheduler_failed(1), Policy(max_attempts=2), NOW).rule == "max_attempts"
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])  # the default policy allows 2 unknown-class restarts
+def test_free_retries_never_let_a_job_run_more_attempts_than_its_policy_allows(max_attempts):
+    # Simulate a job whose every attempt fails at once, with Slurm refusing some launches in between: the
+    # attempts that ran (not refused) never exceed max_attempts, however the refusals fall.
+    for refused_pattern in range(1 << 6):
+        refused = frozenset(a for a in range(1, 7) if refused_pattern >> (a - 1) & 1)
+        history, ran, attempt = History(), 0, 0
+        while attempt < 20:
+            if attempt in refused:
+                history = replace(history, launch_refused=history.launch_refused | {attempt})
+            else:
+                ran += 1
+            d = decide(history, scheduler_failed(attempt), Policy(max_attempts=max_attempts, storm_restarts=0), NOW)
+            if d.kind == "join":
+                attempt += 1
+                continue
+            if d.kind != "restart":
+                break
+            history = replace(history, decided_attempts=history.decided_attempts | {attempt},
+                              last_generation=d.generation,
+                              restarts=history.restarts + (restart(attempt, d.generation),))
+            attempt += 1
+        assert ran == max_attempts, (sorted(refused), ran)

@@ -91,10 +91,18 @@ class History:
         """Every node an Advice of this job left out (Slurm's ExcNodeList only grows: they stay out)."""
         return frozenset(n for r in self.restarts for n in r.exclude_nodes)
 
-    def attempts_used(self, attempt: int) -> int:
+    def refused_launches(self, ran: frozenset[int] = frozenset()) -> frozenset[int]:
+        """The refused launches that spend nothing: launch_refused less every attempt the ledger saw run
+        (it reported a training step). The actuator says "refused" only on Slurm's own evidence (the
+        attempt's batch step never ran); this keeps a wrong word from ever buying an attempt that ran.
+        `ran`: attempts known to have run besides (the anomaly being decided came from one's own log)."""
+        return frozenset(a for a in self.launch_refused - ran
+                         if (record := self.attempt(a)) is None or record.high_step is None)
+
+    def attempts_used(self, attempt: int, ran: frozenset[int] = frozenset()) -> int:
         """Attempts of the job's own up to `attempt` (Slurm's restart count), the first included:
-        refused launches do not count."""
-        return attempt + 1 - sum(1 for a in self.launch_refused if a <= attempt)
+        refused launches (refused_launches) do not count, every other attempt Slurm counted does."""
+        return attempt + 1 - sum(1 for a in self.refused_launches(ran) if a <= attempt)
 
     def launch_verdict_pending(self, attempt: int, now: dt.datetime) -> RestartRecord | None:
         """The restart Advice that began `attempt`, while it is still open and has not said whether

@@ -4,9 +4,12 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   joins_open_advice      a further incident on an attempt whose Advice is still open joins that Advice
                          (its evidence is added; no second restart)
   already_decided        one attempt gets one decision (a later incident is only recorded)
-  launch_refused         Slurm killed the attempt at launch, before the job's script ran; the actuator
-                         requeued it under the Advice that started it: it joins that Advice and
-                         spends no attempt (refused launches never count towards max_attempts)
+  launch_refused         Slurm killed the attempt at launch, before the job's script ran (the actuator
+                         says so only on Slurm's evidence: the attempt's batch step never ran); the
+                         actuator requeued it under the Advice that started it: it joins that Advice and
+                         spends no attempt. An attempt that shows it ran (a log line or progress of its
+                         own, a step reached) is never taken for one, so a free retry can never let a
+                         job run more attempts than max_attempts allows
   observe_only           the job's options are invalid: it is only observed
   straggler_report_only  straggler recovery is off for the job: a straggler is only reported
   user_cancelled         someone cancelled the job: never restarted
@@ -109,7 +112,9 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
                             f"restarted; {anomaly.category} ({anomaly.kind}) is added to its evidence, "
                             "no second restart", generation=joined.generation, fault_class=klass)
         return Decision("none", "already_decided", f"attempt {attempt} already has a decision", fault_class=klass)
-    if attempt in history.launch_refused:
+    # An attempt that logged a line or reported progress of its own ran, whatever else was said of it.
+    ran = frozenset({attempt}) if anomaly.source in ("log", "progress") else frozenset()
+    if attempt in history.refused_launches(ran):
         began = history.restart_before(attempt)
         reason = (f"attempt {attempt} never ran: Slurm killed it at launch (its job credential was revoked) and "
                   "the actuator requeued it; it spends no attempt")
@@ -157,7 +162,7 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     if anomaly.action == "stop" and not rerun and anomaly.kind != "divergence":
         return stop("fault_not_restartable",
                     f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
-    used = history.attempts_used(attempt)
+    used = history.attempts_used(attempt, ran)
     if used >= policy.max_attempts:
         return stop("max_attempts", f"max_attempts={policy.max_attempts} reached: attempt {used} of "
                                     f"{policy.max_attempts} failed ({anomaly.category})")
@@ -177,7 +182,7 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
         if before is not None and step <= before:
             return stop("no_progress", f"attempt {attempt} reached step {step}, no further than the step {before} "
                                        "reached before the last restart: restarting again would repeat it")
-    return _restart(history, anomaly, policy, now, suspects, klass, spent, budget)
+    return _restart(history, anomaly, policy, now, suspects, klass, spent, budget, used)
 
 
 def _storm(history: History, attempt: int, step: int | None, policy: Policy, now: dt.datetime) -> str:
@@ -203,7 +208,7 @@ def _storm(history: History, attempt: int, step: int | None, policy: Policy, now
 
 
 def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
-             suspects: tuple[Suspect, ...] | None, klass: str, spent: int, budget: int) -> Decision:
+             suspects: tuple[Suspect, ...] | None, klass: str, spent: int, budget: int, used: int) -> Decision:
     candidates: list[tuple[str, float | None]]
     if suspects is not None:
         candidates = [(s.node, s.confidence) for s in suspects if s.excluded]
@@ -216,7 +221,6 @@ def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt
                            history.excluded_nodes(), history.partition)
     exclude = plan.kept
     why = "".join(f"; without {s.node}: {', '.join(s.reasons)}" for s in suspects or () if s.node in exclude)
-    used = history.attempts_used(anomaly.attempt)
     return Decision(
         "restart", "within_budget",
         f"{anomaly.category}: {anomaly.summary}; restarting (attempt {used + 1} of at most {policy.max_attempts}; "
