@@ -43,11 +43,10 @@ KNOWN_CLASSIFIER_MISSES = {
     # issue 36: the excerpts added to tests/corpus (development split), as classified when they were added;
     # docs/accuracy.md lists every miss of both splits. Measured, not tuned: remove an entry when it passes.
     "n008": "classified gpu_lost (hardware, restart_excluding), but the culprit host cn-234 is not among the nodes it names",
-    "n011": "nothing found; the label says restart_after_fix_unknown (rendezvous_store_error)",
     "n022": "classified runtime_error (unknown, restart); the label says no_retry (user_code_error)",
-    "n047": "nothing found; the label says restart_exclude_node (slurm_prolog_failure)",
     "n053": "nothing found; the label says restart_exclude_node (process_killed_signal)",
     "n054": "nothing found; the label says restart (slurm_node_failure)",
+    "n071": "classified segfault (unknown, restart); the label says no_retry (dataloader_error)",
     # NEW_MISSES
 }
 
