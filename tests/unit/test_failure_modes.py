@@ -42,7 +42,7 @@ FAILURES = [
     ("slurmstepd: error: *** JOB 98765 ON gpu-12 CANCELLED AT 2024-03-01T12:00:00 ***",
      "slurm_cancelled", "scheduler", "stop"),
     ("ImportError: /usr/lib/python3/dist-packages/flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
-     "python_application_error", "application", "stop"),
+     "python_import_failed", "application", "stop"),
     ('  File "train.py", line 10\n    print "x"\n    ^\nSyntaxError: Missing parentheses in call to \'print\'',
      "python_application_error", "application", "stop"),
     ("RuntimeError: The size of tensor a (4) must match the size of tensor b (8) at non-singleton dimension 1",
