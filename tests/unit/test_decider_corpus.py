@@ -47,6 +47,9 @@ KNOWN_CLASSIFIER_MISSES = {
     "n053": "nothing found; the label says restart_exclude_node (process_killed_signal)",
     "n054": "nothing found; the label says restart (slurm_node_failure)",
     "n071": "classified segfault (unknown, restart); the label says no_retry (dataloader_error)",
+    "n088": "nothing found; the label says no_retry (cuda_oom)",
+    "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
+    "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
     # NEW_MISSES
 }
 
