@@ -50,6 +50,12 @@ KNOWN_CLASSIFIER_MISSES = {
     "n088": "nothing found; the label says no_retry (cuda_oom)",
     "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
     "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
+    "n096": "classified slurm_preempted (scheduler, restart); the label says restart_exclude_node (node_failure)",
+    "n099": "classified teardown (unknown, restart); the label says no_retry (user_code_error)",
+    "n108": "classified teardown (unknown, restart); the label says no_retry (cuda_oom)",
+    "n109": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
+    "n110": "classified xla_runtime_error (unknown, restart); the label says no_retry (user_code_error)",
+    "n111": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
     # NEW_MISSES
 }
 
