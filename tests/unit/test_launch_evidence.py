@@ -3,10 +3,14 @@
 (`sacct -j J -D -P -n --format=JobIDRaw,State,ExitCode,Submit`, times in this host's local time)."""
 
 import datetime as dt
+import json
+from pathlib import Path
 
 import pytest
 
 from relaunch.actuator.domain.launches import BatchStep, batch_step_from_rest, batch_step_of
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurmrest"
 
 
 def local(s: str) -> dt.datetime:
@@ -65,3 +69,12 @@ def test_slurmdbd_through_slurmrestd_says_the_same(state, code, never_ran):
     assert step is not None and step.never_ran is never_ran
     assert batch_step_from_rest(rest_answer(state, code), "6", at + dt.timedelta(seconds=1)) is None
     assert batch_step_from_rest({"jobs": [{"job_id": 6, "steps": "?"}]}, "6", at) is None
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_a_recorded_slurmdbd_answer_reads_as_a_script_that_ran(release):
+    # tests/fixtures/slurmrest/<release>/slurmdb-job.json: a script that exited 3, as slurmrestd printed it.
+    answer = json.loads((FIXTURES / release / "slurmdb-job.json").read_text())
+    job = answer["jobs"][0]
+    at = dt.datetime.fromtimestamp(job["time"]["submission"], dt.UTC)
+    assert batch_step_from_rest(answer, str(job["job_id"]), at) == BatchStep("FAILED", "3:0")
