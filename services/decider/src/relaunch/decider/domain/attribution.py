@@ -30,6 +30,9 @@ Invariants:
   nothing, and one Slurm does not know makes the update fail; a line naming another node is a hint;
 - a log line that names every node of a multi-node job says nothing about which one is at fault: it
   implicates none;
+- Slurm's "*** STEP 2.0 ON node3 CANCELLED AT ... DUE TO NODE FAILURE ***" is printed by a survivor
+  (slurmctld tells the nodes it still reaches to end the step): it implicates no node, whatever a
+  catalogue locates in it; the failed node comes from Slurm's NODE_FAIL and the node's silence;
 - the job's own text is evidence for its own restart (its own XID line on its own node leaves that
   node out of its restart), never on its own against other users (reputation.py);
 - suspects at or above EXCLUDE_AT are left out of the restart (capped, and never so many that the job
@@ -66,6 +69,9 @@ _IB_PEER = re.compile(r"Got completion from peer (?P<peer>[A-Za-z][\w.-]{0,62})<
 _NCCL_PREFIX = re.compile(r"^(?:\[[^\]\n]{1,20}\]:? ?)?(?:\d{1,5}: )?"
                           r"(?P<local>[A-Za-z0-9][\w.-]{0,62}):\d{1,10}:\d{1,10} \[\d{1,4}\]")
 """NCCL's line prefix host:pid:tid [dev] names the host that printed the line (the local end)."""
+_SURVIVOR = re.compile(r"\bCANCELLED AT [^*\n]{0,80}DUE TO NODE FAIL")
+"""Slurm's step or job cancelled for a node failure: the host it names ("ON node3") is one that survived
+(src/slurmd/slurmstepd/req.c prints it where slurmctld's kill request arrived)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,10 @@ def _named(anomaly: AnomalyDetected, members: set[str]) -> tuple[list[str], list
     culprits = [n for n in anomaly.nodes if n in members]
     if anomaly.source != "log":
         return culprits, []
-    hosts = hosts_named(e.text for e in anomaly.evidence)
+    texts = [e.text for e in anomaly.evidence if not _SURVIVOR.search(e.text)]
+    if anomaly.evidence and not texts:
+        return [], []  # only survivors' lines: the detector's nodes are the job's, or the survivors'
+    hosts = hosts_named(texts)
     if not hosts:
         return culprits, []
     known = {_short(n): n for n in members}

@@ -9,6 +9,7 @@ the service and the command line always agree on what a log means.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from relaunch.common.diagnosis.classifying import Classification, classify
 from relaunch.common.diagnosis.scanning import Scanner, scanner_for
@@ -26,6 +27,21 @@ _SCHEDULER_FALLBACK = {
     "DEADLINE": ("slurm_deadline", "scheduler", "stop", "the job reached its deadline"),
     "PREEMPTED": ("slurm_preempted", "scheduler", "restart", "the job was preempted"),
 }
+
+
+_PREEMPTION = re.compile(r"preempt", re.IGNORECASE)
+"""A reason that says the scheduler took the nodes back (Slurm's own PREEMPTED state is the usual word)."""
+
+
+def scheduler_state(observed: JobObserved) -> str:
+    """Slurm's state as relaunch reads it. A preempted job ends PREEMPTED (src/slurmctld/job_mgr.c sets it
+    for PreemptMode=CANCEL and for a job that ends within its preemption GraceTime), but a CANCELLED one
+    whose reason names a preemption (a site's reclaim tool that cancels, an older or federated path) was
+    preempted too: never a user's cancel, which relaunch does not restart, but the scheduler's doing,
+    which it does (the policy's restart_on_preemption, docs/policy.md)."""
+    if observed.state == "CANCELLED" and _PREEMPTION.search(observed.reason):
+        return "PREEMPTED"
+    return observed.state
 
 
 def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str = "crash") -> str:
@@ -91,13 +107,15 @@ def crash_from_scheduler(observed: JobObserved, now: dt.datetime, log_problem: s
 
     `log_problem` says why the job's log could not be read, when it could not. A plain FAILED is then
     not restarted: without the log, an error in the job itself (which would fail the same way again)
-    cannot be ruled out. The scheduler's own verdicts (NODE_FAIL, TIMEOUT, ...) keep their action.
+    cannot be ruled out. The scheduler's own verdicts (NODE_FAIL, TIMEOUT, ...) keep their action. A
+    preemption (PREEMPTED, or CANCELLED with a preemption reason: scheduler_state) is the scheduler's.
     """
-    fallback = _SCHEDULER_FALLBACK.get(observed.state)
+    state = scheduler_state(observed)
+    fallback = _SCHEDULER_FALLBACK.get(state)
     if fallback is None:
         return None
     category, domain, action, summary = fallback
-    signature = f"scheduler_{observed.state.lower()}"
+    signature = f"scheduler_{state.lower()}"
     exit_note = f" (exit code {observed.exit_code})" if observed.exit_code is not None else ""
     summary = f"{summary}: Slurm reports {observed.state} reason={observed.reason}{exit_note}"
     if log_problem:
