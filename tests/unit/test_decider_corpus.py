@@ -56,6 +56,9 @@ KNOWN_CLASSIFIER_MISSES = {
     "n109": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
     "n110": "classified xla_runtime_error (unknown, restart); the label says no_retry (user_code_error)",
     "n111": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
+    "n119": "nothing found; the label says no_retry (user_code_error)",
+    "n120": "nothing found; the label says restart_after_fix_unknown (ray_actor_died)",
+    "n124": "nothing found; the label says restart_exclude_node (gpu_xid_hardware)",
     # NEW_MISSES
 }
 
