@@ -79,9 +79,10 @@ def settled(job: str, attempts: int) -> bool:
 @pytest.mark.parametrize(("name", "line", "allowed"), [
     ("no-explanation", "", 3),  # the scheduler fallback: restarted until max_attempts
     ("module-not-found", "echo \"15: [rank15]: ModuleNotFoundError: No module named 'foo'\" >&2", 1),  # stop
-])
+], ids=["no-explanation", "module-not-found"])
 def test_a_job_failing_at_once_runs_exactly_as_often_as_its_policy_allows(services, name, line, allowed):
-    job, output = submit(services, f"fast-{name}", FAST_FAILURE.replace("{line}", line), "--comment=relaunch:max_attempts=3")
+    job, output = submit(services, f"fast-{name}", FAST_FAILURE.replace("{line}", line),
+                         "--comment=relaunch:max_attempts=3")
     wait_until(f"relaunch's verdict on job {job}", lambda: settled(job, allowed), timeout=180)
     time.sleep(8)  # a free requeue would have shown by now (the actuator verifies each successor for seconds)
     record = ledger(job)
