@@ -59,6 +59,10 @@ KNOWN_CLASSIFIER_MISSES = {
     "n119": "nothing found; the label says no_retry (user_code_error)",
     "n120": "nothing found; the label says restart_after_fix_unknown (ray_actor_died)",
     "n124": "nothing found; the label says restart_exclude_node (gpu_xid_hardware)",
+    "n127": "classified nccl_network_error (infrastructure, restart); the label says no_retry (shm_exhausted)",
+    "n128": "classified nccl_network_error (infrastructure, restart); the label says no_retry (shm_exhausted)",
+    "n140": "classified host_oom_kill (resource, stop); the label says none (healthy)",
+    "n141": "classified host_oom_kill (resource, stop); the label says none (healthy)",
     # NEW_MISSES
 }
 
