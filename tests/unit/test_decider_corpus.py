@@ -63,6 +63,7 @@ KNOWN_CLASSIFIER_MISSES = {
     "n128": "classified nccl_network_error (infrastructure, restart); the label says no_retry (shm_exhausted)",
     "n140": "classified host_oom_kill (resource, stop); the label says none (healthy)",
     "n141": "classified host_oom_kill (resource, stop); the label says none (healthy)",
+    "n147": "nothing found; the label says no_retry (device_side_assert)",
     # NEW_MISSES
 }
 
