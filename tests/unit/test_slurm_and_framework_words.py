@@ -261,3 +261,12 @@ def test_classify_json_shows_the_new_verdicts(tmp_path, capsys):
     assert classify_command.main(["--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert '"signature": "slurm_node_failure"' in out and '"nodes": []' in out
+
+
+def test_a_cancel_for_preemption_is_read_as_preempted_by_every_service():
+    """The detector's fallback and the decider's 'user cancelled' rule read one function (job_states.as_read):
+    a CANCELLED job whose reason names a preemption is never a user's cancel."""
+    from relaunch.common.job_states import FAILED_STATES, as_read
+    assert as_read("CANCELLED", "Preempted by a higher priority job") == "PREEMPTED" in FAILED_STATES
+    assert as_read("CANCELLED", "None") == "CANCELLED"
+    assert as_read("FAILED", "preempt") == "FAILED"

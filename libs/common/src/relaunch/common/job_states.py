@@ -8,3 +8,13 @@ FINAL_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
 """The attempt is over."""
 TRANSIENT_STATES = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "REQUEUED"})
 """Slurm is between two states: look again shortly."""
+
+
+def as_read(state: str, reason: str) -> str:
+    """Slurm's state as relaunch reads it: a CANCELLED job whose reason names a preemption (a site's reclaim
+    tool that cancels, an older or federated path) was preempted, the scheduler's doing (restarted as the
+    policy's restart_on_preemption says), never a user's cancel (docs/policy.md). Slurm's own PREEMPTED
+    state is the usual word for it."""
+    if state == "CANCELLED" and "preempt" in reason.lower():
+        return "PREEMPTED"
+    return state

@@ -20,7 +20,7 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Access, open_as_owner, unreadable_reason
-from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler
+from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler, scheduler_state
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker, high_step_in
 
@@ -72,7 +72,7 @@ class Detector:
 
     async def _on_job(self, obs: JobObserved) -> None:
         c, job = obs.cluster, obs.job_id
-        failed = obs.state in FAILED_STATES
+        failed = scheduler_state(obs) in FAILED_STATES  # (a CANCELLED job that was preempted is one)
         # A failed attempt's anomaly is usually out already (its log said why): asked with the job's hash.
         # A mark is never taken back, so only a "not yet" is asked again once the log was read (below).
         if failed:

@@ -434,7 +434,7 @@ def _history(job: dict, row: asyncpg.Record) -> History:
         decided_attempts=frozenset(decided),
         last_generation=max(max((r[1] for r in advice), default=0),
                             job.get("generation_floor") or 0),  # generations of retired jobs (0007)
-        user_cancelled=job.get("state") == "CANCELLED",
+        user_cancelled=job_states.as_read(job.get("state") or "", job.get("reason") or "") == "CANCELLED",
         attempts=tuple(AttemptRecord(index=idx, started_at=first_seen, ended_at=ended_at, high_step=high_step,
                                      exit_code=exit_code, state=state, nodes=tuple(nodes or ()))
                        for idx, state, exit_code, high_step, first_seen, ended_at, nodes in row["attempts"]),

@@ -9,11 +9,11 @@ the service and the command line always agree on what a log means.
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from relaunch.common.diagnosis.classifying import Classification, classify
 from relaunch.common.diagnosis.scanning import Scanner, scanner_for
 from relaunch.common.diagnosis.signatures import Catalogue
+from relaunch.common.job_states import as_read
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine, JobObserved, LogBatch
 
 
@@ -29,8 +29,6 @@ _SCHEDULER_FALLBACK = {
 }
 
 
-_PREEMPTION = re.compile(r"preempt", re.IGNORECASE)
-"""A reason that says the scheduler took the nodes back (Slurm's own PREEMPTED state is the usual word)."""
 
 
 def scheduler_state(observed: JobObserved) -> str:
@@ -39,9 +37,7 @@ def scheduler_state(observed: JobObserved) -> str:
     whose reason names a preemption (a site's reclaim tool that cancels, an older or federated path) was
     preempted too: never a user's cancel, which relaunch does not restart, but the scheduler's doing,
     which it does (the policy's restart_on_preemption, docs/policy.md)."""
-    if observed.state == "CANCELLED" and _PREEMPTION.search(observed.reason):
-        return "PREEMPTED"
-    return observed.state
+    return as_read(observed.state, observed.reason)
 
 
 def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str = "crash") -> str:
