@@ -64,6 +64,12 @@ KNOWN_CLASSIFIER_MISSES = {
     "n140": "classified host_oom_kill (resource, stop); the label says none (healthy)",
     "n141": "classified host_oom_kill (resource, stop); the label says none (healthy)",
     "n147": "nothing found; the label says no_retry (device_side_assert)",
+    "n158": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
+    "n159": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
+    "n160": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
+    "n161": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
+    "n164": "nothing found; the label says no_retry (user_code_error)",
+    "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node (nccl_network_error)",
     # NEW_MISSES
 }
 
