@@ -57,6 +57,10 @@ def load(extra_signature_files: list[str], cache_dir: Path | None = None) -> Sca
     path = (cache_dir or _default_cache_dir()) / f"{key}.pickle"
     scanner = _read(path)
     if scanner is None:
+        # Parsed again from the file the key was made from: a process that parsed the built-in catalogue
+        # before the file changed (a checkout updated under it) would otherwise write its old scanner
+        # under the new file's key, for every later process to load.
+        signatures.builtin_catalogue.cache_clear()
         scanner = scanner_for(load_catalogue(list(extra_signature_files)))
         _write(path, scanner)
     _LOADED[key] = scanner
