@@ -70,6 +70,7 @@ KNOWN_CLASSIFIER_MISSES = {
     "n161": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
     "n164": "nothing found; the label says no_retry (user_code_error)",
     "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node (nccl_network_error)",
+    "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",
     # NEW_MISSES
 }
 
