@@ -71,6 +71,10 @@ KNOWN_CLASSIFIER_MISSES = {
     "n164": "nothing found; the label says no_retry (user_code_error)",
     "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node (nccl_network_error)",
     "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",
+    "n179": "nothing found; the label says no_retry (user_code_error)",
+    "n183": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
+    "n184": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
+    "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
     # NEW_MISSES
 }
 
