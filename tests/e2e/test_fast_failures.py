@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from slurmjobs import ledger, wait_until
 
+from relaunch.actuator.domain.slurm_values import job_state, number
+
 pytestmark = pytest.mark.e2e
 
 FAST_FAILURE = """#!/bin/bash
@@ -63,9 +65,14 @@ def runs(output: Path) -> list[str]:
 
 
 def squeue_job(job: str) -> dict:
+    """The job's state, restart count and SubmitTime from `squeue --json`, in any release's shape."""
     out = json.loads(subprocess.run(["squeue", "--json", "--states=all"], check=True, capture_output=True,
                                     text=True).stdout)
-    return next((j for j in out["jobs"] if str(j["job_id"]) == job), {})
+    j = next((j for j in out["jobs"] if str(j["job_id"]) == job), None)
+    if j is None:
+        return {}
+    return {"job_state": job_state(j["job_state"])[0], "restart_cnt": number(j["restart_cnt"], "restart_cnt"),
+            "submit_time": number(j["submit_time"], "submit_time")}
 
 
 def settled(job: str, attempts: int) -> bool:

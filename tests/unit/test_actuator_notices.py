@@ -110,3 +110,42 @@ async def test_a_successor_that_failed_at_once_is_not_taken_for_a_refused_launch
     assert not [m for m in streams.of(AuditEntry) if m.action == "launch refused"]
     (final,) = streams.of(ReconcileStatus)
     assert final.status == "CONVERGED" and "is FAILED" in final.detail
+
+
+class RequeueingSlurm(Slurm):
+    """Slurm as far as the requeue goes: requeuehold makes the successor (restart 1), held, SubmitTime = the
+    second of the requeue; release unholds it."""
+
+    def __init__(self, observed: Observed, requeued_at: dt.datetime) -> None:
+        super().__init__(observed)
+        self.requeued_at = requeued_at
+
+    async def run_command(self, argv):
+        self.steps.append(argv)
+        second = self.requeued_at.replace(microsecond=0)
+        if argv[1] == "requeuehold":
+            self.observed = Observed(exists=True, state="PENDING", restarts=1, held=True, submitted=second,
+                                     eligible_at=second + dt.timedelta(seconds=121))
+        elif argv[1] == "release":
+            self.observed = Observed(**{**self.observed.__dict__, "held": False})
+
+
+@pytest.mark.parametrize("was", ["FAILED", "RUNNING"])
+async def test_start_now_waits_from_the_second_that_revoked_the_credentials(memory, was):
+    # docs/architecture.md: an attempt that had ended before its requeue was revoked at its EndTime (long past
+    # here), so StartTime=now goes in within the requeue's second; one still running when requeued was revoked
+    # by the requeue's own kill, so StartTime=now waits for the second after the successor's SubmitTime.
+    (bus, streams), now = memory, dt.datetime.now(dt.UTC)
+    ended = now - dt.timedelta(seconds=3) if was == "FAILED" else None
+    slurm = RequeueingSlurm(Observed(exists=True, state=was, restarts=0, ended=ended, exit_code="1:0"), now)
+    advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",
+                    issued_at=NOW, expires_at=now + dt.timedelta(minutes=30))
+    with pytest.raises(TemporaryError) as raised:
+        await handle_advice(Reconciler(bus, slurm, "act", RecordingHolds(), None), advice, None)
+    taken = [argv[1] for argv in slurm.steps]
+    if was == "FAILED":
+        assert taken == ["requeuehold", "release", "update"] and slurm.steps[-1][-1] == "StartTime=now"
+    else:
+        assert taken == ["requeuehold", "release"], "StartTime=now waits for the second after the requeue"
+        assert "the second after the one that revoked" in str(raised.value)
+        assert 0 < raised.value.delay <= 1.0
