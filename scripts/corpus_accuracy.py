@@ -200,6 +200,7 @@ FAMILIES = (("nccl-tests", "NCCL"), ("torchtitan", "torchtitan"), ("nemo", "NeMo
             ("deepspeed", "DeepSpeed"), ("lightning", "Lightning"), ("jax", "JAX"), ("ray", "Ray / RLHF trainers"),
             ("verl", "Ray / RLHF trainers"), ("openrlhf", "Ray / RLHF trainers"),
             ("transformers", "HF Transformers / Trainer"), ("hf trainer", "HF Transformers / Trainer"),
+            ("hf trl", "HF Transformers / Trainer"), ("llamafactory", "HF Transformers / Trainer"),
             ("accelerate", "HF Transformers / Trainer"), ("slurm", "Slurm"), ("dcgm", "kernel / driver / DCGM"),
             ("kernel", "kernel / driver / DCGM"), ("dmesg", "kernel / driver / DCGM"),
             ("nvidia driver", "kernel / driver / DCGM"), ("nccl", "NCCL"), ("pytorch", "PyTorch"),

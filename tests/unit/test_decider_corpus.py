@@ -42,14 +42,17 @@ KNOWN_CLASSIFIER_MISSES = {
     "c028": "torchrun exitcode -9 without an OOM line: restarted; the label guesses host OOM (no_retry)",
     # issue 36: the excerpts added to tests/corpus (development split), as classified when they were added;
     # docs/accuracy.md lists every miss of both splits. Measured, not tuned: remove an entry when it passes.
-    "n008": "classified gpu_lost (hardware, restart_excluding), but the culprit host cn-234 is not among the nodes it names",
+    "n008": "classified gpu_lost (hardware, restart_excluding), but the culprit host cn-234 is not among the nodes "
+        "it names",
     "n022": "classified runtime_error (unknown, restart); the label says no_retry (user_code_error)",
     "n053": "nothing found; the label says restart_exclude_node (process_killed_signal)",
     "n054": "nothing found; the label says restart (slurm_node_failure)",
     "n071": "classified segfault (unknown, restart); the label says no_retry (dataloader_error)",
     "n088": "nothing found; the label says no_retry (cuda_oom)",
-    "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
-    "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code fault the test expects",
+    "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
+        "fault the test expects",
+    "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
+        "fault the test expects",
     "n096": "classified slurm_preempted (scheduler, restart); the label says restart_exclude_node (node_failure)",
     "n099": "classified teardown (unknown, restart); the label says no_retry (user_code_error)",
     "n108": "classified teardown (unknown, restart); the label says no_retry (cuda_oom)",
@@ -69,13 +72,16 @@ KNOWN_CLASSIFIER_MISSES = {
     "n160": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
     "n161": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
     "n164": "nothing found; the label says no_retry (user_code_error)",
-    "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node (nccl_network_error)",
+    "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node "
+        "(nccl_network_error)",
     "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",
     "n179": "nothing found; the label says no_retry (user_code_error)",
     "n183": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
     "n184": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
     "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
-    # NEW_MISSES
+    "n189": "classified gpu_lost (infrastructure, restart_excluding), but the culprit host nid004069 is not among "
+        "the nodes it names",
+    "n190": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
 }
 
 
