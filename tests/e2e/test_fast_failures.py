@@ -128,7 +128,10 @@ def provoke_refusal(env: dict, tries: int = 4) -> tuple[str, Path]:
                 return job, output
         finally:
             subprocess.run(["scancel", other], capture_output=True)
-    pytest.skip(f"Slurm did not refuse a launch in {tries} tries (the race with its scheduler was missed)")
+    # Seen on 26.05.5: a successor launched on the same node within the second of the requeue's kill ran (its
+    # credential was not refused), so there this way of provoking a refusal does not work.
+    pytest.skip(f"Slurm did not refuse a launch in the second of the requeue in {tries} tries (missed the race, "
+                "or this release does not refuse it)")
 
 
 def test_a_launch_slurm_refuses_is_retried_without_spending_an_attempt(services):
