@@ -137,12 +137,31 @@ async def test_only_the_actuator_consumes_advice(server, user):
         await other.nc.publish(ack, b"+ACK")
         await other.nc.flush()
         assert await other.refused("publish", ack)
-        if user != "cli":  # the CLI may watch every subject live (`relaunch events tail`), not consume
+        if user != "cli":  # the CLI may watch Advice live (`relaunch events tail`), not consume
             await other.nc.subscribe(subjects.ALL_ADVICE)
             await other.nc.flush()
             assert await other.refused("subscription", subjects.ALL_ADVICE)
     finally:
         await other.close()
+
+
+async def test_the_cli_user_reads_no_log_line_progress_report_or_dead_letter(server):
+    """Every training process of every user holds `cli` (issue 35, docs/security.md): it may follow events,
+    Advice, job observations and node health, never another job's log lines, progress reports (whose keys
+    bind them to their job) or dead letters (which quote the messages they hold)."""
+    cli = await Client.connect(server, "cli")
+    try:
+        for subject in (subjects.ALL_SIGNAL_LOG, subjects.ALL_SIGNAL_PROGRESS, "relaunch.dlq.>", "relaunch.>",
+                        subjects.signal_log(CLUSTER, "7")):
+            await cli.nc.subscribe(subject)
+            await cli.nc.flush()
+            assert await cli.refused("subscription", subject), subject
+        for subject in ("relaunch.event.>", subjects.ALL_ADVICE, "relaunch.signal.job.>", "relaunch.signal.node.>"):
+            await cli.nc.subscribe(subject)
+            await cli.nc.flush()
+            assert not await cli.refused("subscription", subject, timeout=0.5), subject
+    finally:
+        await cli.close()
 
 
 async def test_the_actuator_consumes_and_acks_advice(server):

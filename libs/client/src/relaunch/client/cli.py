@@ -196,8 +196,9 @@ def policy_check(comment: str,
 
 
 @events_app.command("tail")
-def events_tail(subject: str = typer.Option("", help="NATS subject filter (default: every event and Advice, "
-                                                       "what the shared cli user may follow)."),
+def events_tail(subject: str = typer.Option("", help="NATS subject filter (default: events, Advice, job "
+                                                       "observations and node health: what the shared cli user "
+                                                       "may follow)."),
                 as_json: bool = typer.Option(False, "--json", help="Print each message body as JSON.")) -> None:
     """Follow relaunch messages live until interrupted."""
     url = client_settings.nats_url()

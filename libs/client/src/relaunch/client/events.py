@@ -17,9 +17,9 @@ from relaunch.common.schemas import ALL_MODELS, Message
 from relaunch.common.settings import nats_servers
 
 _BY_SCHEMA = {model.model_fields["schema_"].default: model for model in ALL_MODELS}
-EVENTS_AND_ADVICE = ("relaunch.event.>", "relaunch.advice.>")
-"""What the shared `cli` NATS user may follow (docs/security.md): events and Advice, never signals (raw
-log lines, other jobs' progress) or dead letters."""
+EVENTS_AND_ADVICE = ("relaunch.event.>", "relaunch.advice.>", "relaunch.signal.job.>", "relaunch.signal.node.>")
+"""What the shared `cli` NATS user may follow (docs/security.md): events, Advice, job observations and node
+health; never log lines, progress reports (their keys) or dead letters."""
 
 
 def decode(data: bytes) -> Message | None:

@@ -137,10 +137,12 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # The relaunch CLI and the SDK in training code: progress, event tailing. Not fault injection:
         # every training process of every user holds this user (OPERATOR injects).
         CLI: {"publish": {"allow": [f"{p}.signal.progress.>"]},
-              # Events and Advice only: every training process of every user holds this user, so it never
-              # reads signals (raw log lines, other jobs' progress and its keys, observations) nor dead
-              # letters (which quote the messages they hold): docs/security.md.
-              "subscribe": {"allow": [f"{p}.event.>", f"{p}.advice.>", f"{inbox_prefix(CLI)}.>"]}},
+              # Events, Advice, Slurm's job observations and node health (what squeue and sinfo show every
+              # user; `relaunch demo` narrates them): every training process of every user holds this
+              # user, so it never reads log lines, other jobs' progress and its keys, nor dead letters
+              # (which quote the messages they hold): docs/security.md.
+              "subscribe": {"allow": [f"{p}.event.>", f"{p}.advice.>", f"{p}.signal.job.>", f"{p}.signal.node.>",
+                                      f"{inbox_prefix(CLI)}.>"]}},
     }
     # `relaunch inject` and nothing else: its requests, and their answers on its own inbox.
     users[OPERATOR] = {"publish": {"allow": [f"{p}.control.inject.>"]},
