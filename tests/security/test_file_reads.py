@@ -83,7 +83,10 @@ def test_a_file_only_root_may_read_is_never_read_as_a_job_s_output(services, bus
         for what, job in attacks.items():
             record = records[what]
             details = [a["detail"] for a in audit(record, "output not read")]
-            assert any("not readable by the job's user" in d or "outside" in d for d in details), (what, details)
+            # Refused for the user's permission, for lying outside the roots, or (the swap caught between the
+            # path's resolution and its walk with O_NOFOLLOW, seen on 26.05) for a symlink met on the walk.
+            reasons = ("not readable by the job's user", "outside", "symbolic link")
+            assert any(r in d for d in details for r in reasons), (what, details)
             # Not restarted on the file's content (its segfault lines): a failure whose log cannot be read stops.
             assert record["job"]["verdict"] == "stopped" and not record["advice"], (what, record["job"],
                                                                                      record["advice"])
