@@ -4,6 +4,7 @@ files that changed."""
 
 import asyncio
 import datetime as dt
+import os
 
 import pytest
 
@@ -19,6 +20,8 @@ from relaunch.detector.tracking import ProgressTracker
 pytestmark = pytest.mark.integration
 T0 = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
 DELIVERY = Delivery("s", 1, 1)
+ME = str(os.geteuid())
+"""Whose jobs these are (the follower reads a job's files only as its owner could: docs/security.md)."""
 
 
 @pytest.fixture
@@ -88,7 +91,7 @@ async def test_reports_of_an_older_attempt_change_nothing(redis_and_bus, unique)
 async def test_the_follower_reads_only_files_that_changed(redis_and_bus, unique, tmp_path):
     bus, state = redis_and_bus
     cluster = f"c{unique}"
-    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024)
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, log_roots=("/",))
     read: list[str] = []
     real_read = follower.read_job
 
@@ -100,8 +103,8 @@ async def test_the_follower_reads_only_files_that_changed(redis_and_bus, unique,
     logs = {job: tmp_path / f"{job}.out" for job in ("1", "2")}
     for job, path in logs.items():
         path.write_text("starting\n")
-        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
-    await state.track(cluster, "3", {"attempt": "0", "stdout": str(tmp_path / "not-yet.out")})
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path), "uid": ME})
+    await state.track(cluster, "3", {"attempt": "0", "stdout": str(tmp_path / "not-yet.out"), "uid": ME})
 
     await follower.pass_once()
     assert sorted(read) == ["1", "2"], "a restarted follower reads every job once; a missing file is skipped"
@@ -126,7 +129,7 @@ async def test_the_follower_reads_only_files_that_changed(redis_and_bus, unique,
     read.clear()
     moved = tmp_path / "moved.out"
     moved.write_text("elsewhere\n")
-    await state.track(cluster, "1", {"stdout": str(moved), "stderr": str(moved)})
+    await state.track(cluster, "1", {"stdout": str(moved), "stderr": str(moved), "uid": ME})
     follower.refresh("1")  # what the detector does on a JobObserved
     await state.untrack(cluster, "2")
     await follower.pass_once()
@@ -195,7 +198,7 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
     monkeypatch.setattr(follower_module, "QUIET_S", 0.3)
     bus, state = redis_and_bus
     cluster = f"q{unique}"
-    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=2.0)
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=2.0, log_roots=("/",))
     stat_calls: list[list[str]] = []
     real_sizes = follower_module.file_sizes
 
@@ -207,7 +210,7 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
     logs = {job: tmp_path / f"{job}.out" for job in ("1", "2")}
     for job, path in logs.items():
         path.write_text("starting\n")
-        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path), "uid": ME})
     await follower.pass_once()
     assert len(stat_calls[-1]) == 2
     await asyncio.sleep(0.4)  # both files are quiet now
@@ -228,7 +231,7 @@ async def test_quiet_files_are_looked_at_less_often_and_new_jobs_at_once(redis_a
     new.write_text("hello\n")
     other = HotState(redis_url_of(state))
     try:
-        await other.track(cluster, "3", {"attempt": "0", "stdout": str(new), "stderr": str(new)})
+        await other.track(cluster, "3", {"attempt": "0", "stdout": str(new), "stderr": str(new), "uid": ME})
     finally:
         await other.close()
     version = await state.followed_version(cluster)
@@ -249,7 +252,8 @@ async def test_files_silent_for_a_minute_are_looked_at_every_cold_interval(redis
 
     bus, state = redis_and_bus
     cluster = f"c{unique}"
-    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=1.0, cold_interval_s=5.0)
+    follower = Follower(bus, state, cluster, 0.1, batch_bytes=1024, quiet_interval_s=1.0, cold_interval_s=5.0,
+                        log_roots=("/",))
     stat_calls: list[list[str]] = []
     real_sizes = follower_module.file_sizes
 
@@ -265,7 +269,7 @@ async def test_files_silent_for_a_minute_are_looked_at_every_cold_interval(redis
     busy, silent = tmp_path / "busy.out", tmp_path / "silent.out"
     for job, path in (("1", busy), ("2", silent)):
         path.write_text("starting\n")
-        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path)})
+        await state.track(cluster, job, {"attempt": "0", "stdout": str(path), "stderr": str(path), "uid": ME})
     both = sorted([str(busy), str(silent)])
     t = 1000.0
     await follower.pass_once(now=t)  # newly followed: both looked at, both read
