@@ -1,4 +1,4 @@
-"""The classifier against real training-failure logs (../shared/corpus, see its README): accuracy of
+"""The classifier against real training-failure logs (tests/corpus, see its README): accuracy of
 the action and the fault domain, with ratchets at what the catalogue reaches today.
 
 Scoring (the corpus README's mapping):
@@ -26,7 +26,10 @@ import pytest
 from relaunch.common.diagnosis.offline import classify_stream, load_scanner
 from relaunch.common.diagnosis.scan_engines import hyperscan_importable
 
-CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[1] / "corpus"))
+FIRST_SET = "c"
+"""The ratchets below were set on the corpus's first 55 excerpts (ids c0NN), and are held there; the
+whole corpus's figures, per split and class, are docs/accuracy.md's (scripts/corpus_accuracy.py)."""
 
 # Ratchets: what the catalogue reached (rounded down). Raise them when it gets better, never lower them.
 # Lowered once, on purpose (issue 16): a SIGKILL with no OOM line anywhere (torchrun `exitcode: -9`,
@@ -48,7 +51,8 @@ DOMAINS = {"hardware": "hardware", "software_infra": "infrastructure", "user_cod
 def _records() -> list[dict]:
     if not (CORPUS / "labels.jsonl").is_file():
         pytest.skip(f"no corpus at {CORPUS} (set RELAUNCH_CORPUS to the folder holding labels.jsonl and logs/)")
-    return [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if r["id"].startswith(FIRST_SET)]
 
 
 def _action_right(label: dict, found) -> bool:

@@ -1,4 +1,4 @@
-"""One verdict (issue 36, item 2): every corpus log (../shared/corpus, see test_decider_corpus.py) and the
+"""One verdict (issue 36, item 2): every corpus log (tests/corpus, see test_decider_corpus.py) and the
 issue's own examples go through `relaunch classify --json` and through the live detector's handler
 (Detector.on_log, in process: its ProgressTracker, crash classification and publisher, with the hot state
 in memory), batch by batch as the follower cuts a file; the verdicts must be the same. The live verdict is
@@ -26,7 +26,7 @@ from relaunch.detector.domain.track import decode_record
 from relaunch.detector.handlers import Detector
 from relaunch.detector.tracking import ProgressTracker
 
-CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[2].parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", Path(__file__).resolve().parents[1] / "corpus"))
 T0 = dt.datetime(2026, 12, 4, 10, 0, tzinfo=dt.UTC)
 BATCH_BYTES = 256 * 1024
 """The detector's default batch_bytes (settings.py)."""

@@ -23,7 +23,7 @@ from relaunch.common.diagnosis.signatures import MAX_LINE, builtin_catalogue, pa
 from relaunch.common.diagnosis.offline import classify_stream, load_scanner
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", REPO.parent / "shared" / "corpus")) / "logs"
+CORPUS = Path(os.environ.get("RELAUNCH_CORPUS", REPO / "tests" / "corpus")) / "logs"
 CORPUS_LOGS = sorted(CORPUS.glob("*.log")) if CORPUS.is_dir() else []
 sys.path.insert(0, str(REPO / "bench"))
 import make_log  # noqa: E402 - the bench's own generator of realistic training logs
