@@ -7,7 +7,6 @@ import asyncio
 import datetime as dt
 import json
 import logging
-import os
 
 from relaunch.common.connection import Bus
 from relaunch.common.outcomes import Delivery, utcnow
@@ -19,7 +18,7 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
-from .adapters.logfiles import Access, open_as_owner, unreadable_reason
+from .adapters.logfiles import Access, readable_size, unreadable_reason
 from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler, scheduler_state
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker, high_step_in
@@ -98,7 +97,7 @@ class Detector:
             if obs.restarts > 0:
                 # First seen on a later attempt: earlier attempts' lines (append mode) are not ours.
                 for path in (obs.stdout, obs.stderr):
-                    if path and (size := await asyncio.to_thread(_size_for, path, access)) is not None:
+                    if path and (size := await asyncio.to_thread(readable_size, path, access)) is not None:
                         fields[f"off:{path}"] = str(size)
         elif known_attempt < obs.restarts:
             await self.follower.read_job(job)  # drain the old attempt's lines under its own number
@@ -139,14 +138,3 @@ class Detector:
                 anomaly = anomaly.model_copy(update={"last_step": step})
         await self.anomalies.publish(anomaly, evidence_at)
 
-
-def _size_for(path: str, access: Access) -> int | None:
-    """The file's size where the job's user could read it (None otherwise: nothing of it is read)."""
-    try:
-        fd = open_as_owner(path, access)
-    except Exception:  # noqa: BLE001 - refused or missing: nothing to skip
-        return None
-    try:
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)

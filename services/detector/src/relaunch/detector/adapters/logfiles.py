@@ -116,9 +116,9 @@ def open_as_owner(path: str, access: Access) -> int:
             where += "/" + part
             try:
                 nfd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
-            except (NotADirectoryError, OSError) as exc:
-                if isinstance(exc, FileNotFoundError):
-                    raise
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # a symlink or a file where the resolution found a directory
                 raise Refused(f"{where} changed while it was opened ({exc.strerror or exc})") from exc
             os.close(fd)
             fd = nfd
@@ -168,6 +168,19 @@ def unreadable_reason(paths: list[str], access: Access) -> str | None:
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
     return "; ".join(problems)
+
+
+def readable_size(path: str, access: Access) -> int | None:
+    """The file's size where the job's user could read it; None where it is missing or refused (nothing of
+    it is read then)."""
+    try:
+        fd = open_as_owner(path, access)
+    except (OSError, Refused):
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def file_sizes(paths: list[str]) -> list[int | None]:
