@@ -19,6 +19,7 @@ import pytest
 from slurmjobs import ledger, wait_until
 
 from relaunch.actuator.domain.slurm_values import job_state, number
+from relaunch.common.job_states import FINAL_STATES as FINAL
 
 pytestmark = pytest.mark.e2e
 
@@ -136,8 +137,11 @@ def provoke_refusal(env: dict, tries: int = 4) -> tuple[str, Path]:
 
 def test_a_launch_slurm_refuses_is_retried_without_spending_an_attempt(services):
     job, output = provoke_refusal(services)
-    record = wait_until("the converged advice", lambda: (r := ledger(job)) and r["advice"]
-                        and r["advice"][0]["status"] == "CONVERGED" and r, timeout=60)
+    # Until the job ended: its Advice converges when the successor is started, and the ledger hears of
+    # the end a poll or two of the observer later (on 24.11 this read the job PENDING once).
+    record = wait_until("the converged advice and the job's end", lambda: (r := ledger(job)) and r["advice"]
+                        and r["advice"][0]["status"] == "CONVERGED" and r["job"]["state"] in FINAL and r,
+                        timeout=90)
     # Slurm's own record: restart 1 was allocated, its batch step closed by slurmctld without running.
     assert [r for r in accounting(job) if r[0] == f"{job}.batch"][1] == (f"{job}.batch", "CANCELLED", "")
     assert [r.split()[2] for r in runs(output)] == ["restart=0", "restart=2"], "restart 1 never ran its script"
