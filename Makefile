@@ -58,10 +58,11 @@ demo: setup
 demo-compose: setup
 	@bash scripts/compose-demo.sh
 
-# Unit, integration and deploy tiers once (on the host's Slurm) and the compose demo, then the end-to-end and reliability
-# tiers on every release of the matrix, each on a test stack of its own (tests/conftest.py).
+# Every tier side by side (TEST_JOBS at once; default from the machine's cores and memory), each on a test stack
+# of its own: unit/integration/deploy, the compose demo, the hosts topology, end to end + reliability + security on
+# every release of the matrix, the real frameworks. Release roots are built by the tier that needs them.
 test:
-	@RELAUNCH_SLURM="$(SLURM_RELEASES)" bash scripts/setup.sh
+	@bash scripts/setup.sh
 	@$(PY) scripts/test_matrix.py $(SLURM_RELEASES)
 
 # The end-to-end and reliability tiers on one release (e.g. make test-matrix SLURM=26.05).

@@ -11,10 +11,13 @@ CACHE=${RELAUNCH_CACHE_DIR:-/var/cache/relaunch}
 VENV=${RELAUNCH_FRAMEWORKS_VENV:-$CACHE/frameworks-venv}
 REQ=tests/frameworks/requirements.txt
 CON=tests/frameworks/constraints.txt
+mkdir -p "$(dirname "$VENV")"
+# One build at a time per venv: tiers that run side by side (scripts/test_matrix.py) may all want it.
+exec 9>"$VENV.lock"
+flock 9
 stamp=$(cat "$REQ" "$CON" constraints.txt libs/common/pyproject.toml libs/client/pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$VENV/.relaunch-stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "[frameworks-venv] building $VENV (torch CPU build, transformers, lightning; a few minutes)" >&2
-  mkdir -p "$(dirname "$VENV")"
   rm -rf "$VENV.tmp"
   python3 -m venv "$VENV.tmp"
   # torch's CPU wheel: the local wheel directory where the machine has one, else the CPU index.
