@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-under-load test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -24,7 +24,10 @@ help:
 	@echo "make down    stop them"
 	@echo "make demo    show relaunch recovering a crashed job (starts the stack if needed)"
 	@echo "make demo-compose  the compose demo (deploy/compose) end to end in a private Docker engine (root; cached in /var/cache/relaunch/compose)"
-	@echo "make test    the whole test suite (starts and stops its own stack under .run/test)"
+	@echo "make test    the whole test suite, its tiers side by side (TEST_JOBS=N at once), each on its own stack under .run/test*"
+	@echo "make test-under-load  the same beside one CPU-bound process per core (LOAD_PROCS=N)"
+	@echo "make test-unit  the unit tier alone (no server)"
+	@echo "make test-matrix SLURM=26.05  one release's end-to-end, reliability and security tiers"
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 	@echo "make bench-restart  the same on every Slurm release, with the default batch_sched_delay and with 0 (about 25 min)"
 	@echo "make bench-load  10,000 jobs' progress at 1 Hz, then 1,000 failures, through detector and decider (JOBS=1000 for a quick run)"
@@ -64,6 +67,10 @@ demo-compose: setup
 test:
 	@bash scripts/setup.sh
 	@$(PY) scripts/test_matrix.py $(SLURM_RELEASES)
+
+# The whole suite beside one CPU-bound process per core (LOAD_PROCS=N to change): a busy CI machine.
+test-under-load:
+	@bash scripts/under-load.sh $(MAKE) test
 
 # The end-to-end and reliability tiers on one release (e.g. make test-matrix SLURM=26.05).
 test-matrix: setup
