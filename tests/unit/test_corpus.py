@@ -38,8 +38,13 @@ whole corpus's figures, per split and class, are docs/accuracy.md's (scripts/cor
 # without an OOM line in them; on Slurm an OOM kill prints slurmstepd's oom-kill line, and a wrongly
 # restarted OOM fails again before progress and is then stopped by the no-progress rule, while a
 # wrongly stopped kill from outside loses the run.
+# Lowered again on purpose (issue 36): an InfiniBand completion error (NCCL's "Got completion ... with
+# error N") names neither an adapter nor a cable, and the far end may simply have died, so it is the
+# network path (infrastructure), not hardware; hardware needs the adapter's own fatal event
+# (nccl_ib_adapter_fatal). c048, labelled hardware for a completion error 4, now counts as a miss
+# (docs/log-ingest.md, "Fault domains").
 ACTION_ACCURACY = 0.927
-FAULT_DOMAIN_ACCURACY = 0.927
+FAULT_DOMAIN_ACCURACY = 0.909
 HEALTHY_UNFLAGGED = 1.0
 NODE_ACCURACY = 1.0
 

@@ -48,7 +48,6 @@ KNOWN_CLASSIFIER_MISSES = {
     "n053": "nothing found; the label says restart_exclude_node (process_killed_signal)",
     "n054": "nothing found; the label says restart (slurm_node_failure)",
     "n071": "classified segfault (unknown, restart); the label says no_retry (dataloader_error)",
-    "n088": "nothing found; the label says no_retry (cuda_oom)",
     "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
         "fault the test expects",
     "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
@@ -56,32 +55,14 @@ KNOWN_CLASSIFIER_MISSES = {
     "n096": "classified slurm_preempted (scheduler, restart); the label says restart_exclude_node (node_failure)",
     "n099": "classified teardown (unknown, restart); the label says no_retry (user_code_error)",
     "n108": "classified teardown (unknown, restart); the label says no_retry (cuda_oom)",
-    "n109": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
     "n110": "classified xla_runtime_error (unknown, restart); the label says no_retry (user_code_error)",
-    "n111": "nothing found; the label says restart_after_fix_unknown (tpu_core_halted)",
-    "n119": "nothing found; the label says no_retry (user_code_error)",
-    "n120": "nothing found; the label says restart_after_fix_unknown (ray_actor_died)",
-    "n124": "nothing found; the label says restart_exclude_node (gpu_xid_hardware)",
-    "n127": "classified nccl_network_error (infrastructure, restart); the label says no_retry (shm_exhausted)",
-    "n128": "classified nccl_network_error (infrastructure, restart); the label says no_retry (shm_exhausted)",
-    "n140": "classified host_oom_kill (resource, stop); the label says none (healthy)",
-    "n141": "classified host_oom_kill (resource, stop); the label says none (healthy)",
     "n147": "nothing found; the label says no_retry (device_side_assert)",
-    "n158": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
-    "n159": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
-    "n160": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
-    "n161": "nothing found; the label says restart_after_fix_unknown (ray_node_dead)",
     "n164": "nothing found; the label says no_retry (user_code_error)",
-    "n167": "classified nccl_network_error (hardware, restart); the label says restart_exclude_node "
-        "(nccl_network_error)",
     "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",
     "n179": "nothing found; the label says no_retry (user_code_error)",
-    "n183": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
-    "n184": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
     "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
     "n189": "classified gpu_lost (infrastructure, restart_excluding), but the culprit host nid004069 is not among "
         "the nodes it names",
-    "n190": "nothing found; the label says restart_after_fix_unknown (gpu_unavailable)",
 }
 
 

@@ -27,7 +27,47 @@ FAILURES = [
      "cuda_illegal_memory_access", "infrastructure", "restart"),
     ("node3:1234:5678 [2] NCCL WARN NET/IB : Got completion from peer 10.1.1.2<55555> with status=12 opcode=0 "
      "len=0 vendor err 129 (Send) localGid fe80::1 remoteGids fe80::2",
-     "nccl_ib_error", "hardware", "restart"),
+     "nccl_ib_error", "infrastructure", "restart"),  # retry counter exceeded: the path, no adapter named
+    ("gpu21:3344:3390 [5] transport/net_ib.cc:98 NCCL WARN NET/IB : mlx5_3:1 Got async event : local catastrophic "
+     "error\ngpu21:3344:3401 [5] NCCL WARN NET/IB : Got completion from peer 10.2.0.9<40001> with status=5 opcode=1",
+     "nccl_ib_adapter_fatal", "hardware", "restart_excluding"),
+    ("mlx5: gpu-a17.cluster: got completion with error:\n00000000 00000000 00000000 00000000",
+     "ib_completion_error", "unknown", "restart"),
+    ("gpu3:901:955 [0] misc/shmutils.cc:113 NCCL WARN Error while creating shared memory segment "
+     "/dev/shm/nccl-Qw3rTy (size 33030528), error: No space left on device (28)\n"
+     "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+     "nccl_shm_exhausted", "resource", "stop"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, remote process exited or there "
+     "was a network error, NCCL version 2.21.5", "nccl_peer_gone", "unknown", "restart"),
+    ("(RayTrainWorker pid=3141, ip=10.3.0.12) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+     "ray.exceptions.RayTaskError(ActorDiedError): ray::TrainTrainable.train() (pid=3000, ip=10.3.0.11)\n"
+     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+     "cuda_oom", "application", "stop"),  # the actor's own error explains its death
+    ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+     "\tclass_name: RolloutWorker\n\tpid: 5150\n"
+     "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+     "Worker unexpectedly exits with a connection error code 2. End of file. Some common causes include: (1) the "
+     "process was killed by the OOM killer due to high memory usage", "ray_actor_died", "unknown", "restart"),
+    ("(raylet) [2025-01-02 03:04:05,678 E 77 77] node_manager.cc:3069: 3 Workers (tasks / actors) killed due to "
+     "memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 9a8b, IP: 10.9.8.7)",
+     "ray_worker_oom", "resource", "stop"),
+    ("2025-01-02 03:04:05,678\tWARNING worker.py:2100 -- The node with node id: 9a8b and address: 10.9.8.7 and node "
+     "name: 10.9.8.7 has been marked dead because the detector has missed too many heartbeats from it.",
+     "ray_node_dead", "infrastructure", "restart"),
+    ("ray.exceptions.RayTaskError(ValueError): ray::Learner.update() (pid=812, ip=10.0.1.4, actor_id=77aa)\n"
+     "  File \"learner.py\", line 40, in update\nValueError: expected 2 dims, got 3",
+     "ray_task_application_error", "application", "stop"),
+    ("[  310.112233] NVRM: GPU3 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 5 heartbeat 1 diff 5300",
+     "gpu_gsp_unresponsive", "hardware", "restart_excluding"),
+    ("F1203 08:00:00.000000   77 pjrt_client.cc:300] Non-OK-status: INTERNAL: Core halted unexpectedly: INTERNAL: "
+     "Accelerator device halted prematurely, perhaps due to an on-device check-failure.",
+     "tpu_core_halted", "unknown", "restart"),
+    ("RuntimeError: cuda runtime error (46) : all CUDA-capable devices are busy or unavailable at "
+     "/opt/pytorch/aten/src/THC/THCGeneral.cpp:50", "cuda_device_unavailable", "infrastructure", "restart_excluding"),
+    ("RuntimeError: CUDA out of memory.\nTried to allocate 1.50 GiB (GPU 0; 10.76 GiB total capacity; 8.12 GiB "
+     "already allocated; 1.02 GiB free; 8.50 GiB reserved in total by PyTorch)", "cuda_oom", "application", "stop"),
+    ("Tried to allocate 1.50 GiB (GPU 0; 10.76 GiB total capacity; 8.12 GiB already allocated; 1.02 GiB free)",
+     "cuda_oom", "application", "stop"),
     ("[123.456] Out of memory: Killed process 1234 (python3) total-vm:123456kB, anon-rss:120000kB",
      "host_oom_kill", "resource", "stop"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=5678.0. Some of your processes may have been killed "
@@ -85,6 +125,10 @@ FAILURES = [
 ]
 
 HEALTHY = [
+    # Slurm's accounting saw the step touch its memory limit once (page cache counts): a warning, the job went on
+    """epoch 3/3 done, checkpoint saved to /scratch/ckpt/final.pt
+slurmstepd: error: Exceeded job memory limit at some point.
+slurmstepd: error: Exceeded step memory limit at some point.""",
     """gpu-st-1:12345:12345 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>
 gpu-st-1:12345:12345 [0] NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.
 gpu-st-1:12345:12366 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)
@@ -149,3 +193,20 @@ def test_every_builtin_example_is_classified_by_its_own_signature():
                 assert found is not None, f"{sig.id}: nothing matched {example!r}"
                 assert found.signature.id == sig.id or "xid" in sig.pattern.groupindex, (
                     f"{sig.id}: {example!r} went to {found.signature.id}")
+
+
+def test_an_infiniband_adapters_fatal_event_names_the_host_that_printed_it_behind_mpiruns_tag():
+    found = verdict("2026-01-02T03:04:05.678Z: [1,7]<stderr>:gpu-n12:5150:5201 [0] transport/net_ib.cc:101 NCCL WARN "
+                    "NET/IB : Got async event : local catastrophic error")
+    assert (found.signature_id, found.action, found.nodes) == ("nccl_ib_adapter_fatal", "restart_excluding", ("gpu-n12",))
+
+
+def test_rays_guess_at_a_dead_workers_cause_is_not_an_oom_kill_but_its_memory_monitor_is():
+    guess = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+             "detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential "
+             "root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.")
+    assert verdict(guess).signature_id == "ray_actor_died"
+    assert verdict("(raylet) 0 Workers (tasks / actors) killed due to memory pressure (OOM), 1 Workers crashed due "
+                   "to other reasons at node (ID: 1f, IP: 10.0.0.2)") is None
+    killed = verdict(guess.replace("SYSTEM_ERROR", "NODE_OUT_OF_MEMORY"))
+    assert (killed.signature_id, killed.fault_domain, killed.action) == ("ray_worker_oom", "resource", "stop")

@@ -45,10 +45,14 @@ PREFIXES = {
     "c10 glog": "[E1204 10:00:00.123456 1234 ProcessGroupNCCL.cpp:1316] ",
     "DeepSpeed log_dist": "[2026-12-04 10:00:00,123] [ERROR] [logging.py:96:log_dist] ",
     "docker compose": "trainer-1  | ",
+    "mpirun --tag-output": "[1,12]<stderr>:",
+    "vLLM logger": "ERROR 03-05 00:25:45 [core.py:1094] ",
 }
 # The stacks real launchers make: srun around torchrun, torchrun's --tee under srun, a logger in a container.
 STACKS = ["15: [rank15]: ", "0: [default3]:", "(RayTrainWorker pid=1234, ip=10.0.0.5) [rank2]: ",
-          "trainer-1  | 2026-12-04T10:00:00Z ERROR:root:", " 7: 2026-12-04 10:00:00,123 - ERROR - "]
+          "trainer-1  | 2026-12-04T10:00:00Z ERROR:root:", " 7: 2026-12-04 10:00:00,123 - ERROR - ",
+          "(LLMRayActor pid=77) (EngineCore_DP0 pid=78) ERROR 03-05 00:25:45 [core.py:1094] ",
+          "2026-12-04T10:00:00.123Z: [1,12]<stdout>:"]
 SCANNER = scanner_for(builtin_catalogue())
 
 
@@ -115,6 +119,14 @@ def test_strip_names_the_global_rank_first_then_the_srun_task_then_the_local_ran
     assert prefixes.strip("[default3]:x")[1] == 3
     assert prefixes.strip("[2026-12-04 10:00:00,123] [rank4]: x")[1] == 4
     assert prefixes.strip("0: [12]:x")[1] == 12  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:"
+    assert prefixes.strip("[1,12]<stderr>:x")[1] == 12  # Open MPI's --tag-output: [jobid,rank]
+
+
+def test_a_vllm_engine_record_behind_ray_and_vllm_prefixes_is_read_as_printed():
+    line = ("(LLMRayActor pid=5) (EngineCore_DP0 pid=6) ERROR 11-02 09:10:11 [core.py:700] "
+            "AttributeError: 'Worker' object has no attribute 'update_weights'")
+    assert verdict(line) == "python_application_error"
+    assert verdict("(EngineCore_DP0 pid=6) INFO 11-02 09:10:11 [core.py:700] KeyError: recovered") is None
 
 
 @pytest.mark.parametrize("prefix", [*PREFIXES.values(), *STACKS], ids=[*PREFIXES, *STACKS])

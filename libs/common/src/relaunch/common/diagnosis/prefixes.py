@@ -41,12 +41,14 @@ _LAYER = re.compile("|".join((
     r" {0,6}(?P<label>\d{1,6})(?:-\d{1,6})?: ",  # srun --label: `15: `, ` 3: ` (right-aligned)
     r" {0,8}\[rank(?P<rank>\d{1,6})\]: ?",  # PyTorch's global rank
     r" {0,8}\[(?P<grank>\d{1,6})\]: ?",  # torchrun's log_line_prefix_template `[${rank}]:`
+    r"\[\d{1,6},(?P<mpirank>\d{1,6})\]<(?:stdout|stderr|stddiag)>: ?",  # Open MPI's --tag-output `[1,12]<stderr>:`
     # torchrun --tee / --redirects, whose default prefix is `[${role_name}${local_rank}]:` (`[default3]:`)
     r" {0,8}\[[A-Za-z_][A-Za-z_-]{0,40}(?P<local>\d{1,6})\]: ?",
     r"\((?:[A-Za-z_][\w.:-]{0,80} )?pid=\d{1,10}(?:, ?[a-z_]{1,20}=[^,()\s]{1,80}){0,4}\) ?",  # Ray worker
     r"\((?:raylet|gcs_server|autoscaler|monitor|dashboard|log_monitor)(?:[ ,][^()\n]{0,60})?\) ?",  # Ray
     r"\[" + _ISO + r"\]:? ?",  # `[2026-12-04 10:00:00,123] `
     _ISO + r"(?: ?[|:-])? ",  # `2026-12-04T10:00:00.123Z `, `2026-12-04 10:00:00,123 - `
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? ",  # vLLM's `%m-%d %H:%M:%S` (`ERROR 03-05 00:25:45 [core.py:1094] `)
     r"(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,4}\d{1,10} [\w./-]{1,120}:\d{1,6}\] ",  # glog
     r"\[(?P<c10>[IWEF])(?:\d{4} [\d:.]{8,20}(?: {1,4}\d{1,10})?)? ?[\w./-]{1,120}:\d{1,6}\]:? ?",  # c10's glog
     r"(?P<lvl1>" + _LEVEL + r"):[\w.<>-]{0,120}:",  # Python's logging.basicConfig: `INFO:root:`
@@ -112,7 +114,7 @@ def strip(line: str) -> tuple[int, int | None]:
     for _ in range(MAX_LAYERS):
         if layer is None or layer.end() == pos:
             break
-        glob = layer["rank"] or layer["grank"]
+        glob = layer["rank"] or layer["grank"] or layer["mpirank"]
         rank = rank if rank is not None or glob is None else int(glob)
         label = label if label is not None or layer["label"] is None else int(layer["label"])
         local = local if local is not None or layer["local"] is None else int(layer["local"])
@@ -127,7 +129,7 @@ def _stack(head: str, pos: int, ranks: tuple[int, ...]) -> tuple[View, ...]:
         layer = _LAYER.match(head, pos)
         if layer is None or layer.end() == pos or _quiet(layer):
             break
-        if (glob := layer["rank"] or layer["grank"]) is not None:
+        if (glob := layer["rank"] or layer["grank"] or layer["mpirank"]) is not None:
             ranks = (*ranks, int(glob))
         pos = layer.end()
         out.append(View(pos, ranks))
