@@ -135,7 +135,7 @@ def test_xid_63_is_a_record_not_a_failure_and_unknown_codes_restart():
 
 @pytest.mark.parametrize("line, nodes, ranks", [
     ("kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer 10.0.35.1<49189> with "
-     "error 4, opcode 5327, len 5327, vendor err 81 (Send)", ("kolyoz2",), ()),
+     "error 4, opcode 5327, len 5327, vendor err 81 (Send)", (), ()),  # the peer, an address (test_peers.py)
     ("[rank5]:ng30903.narval.calcul.quebec:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure "
      "'out of memory'", ("ng30903",), (5,)),
     ("slurmstepd: error: *** STEP 55595933.0 ON maestro-3017 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***",

@@ -21,7 +21,7 @@ def test_json_gives_one_object_per_file_in_order(tmp_path):
     first, second = (json.loads(line) for line in result.stdout.splitlines())
     assert first == {"file": str(failing), "anomaly": {
         "kind": "crash", "signature": "cuda_oom", "category": "cuda_oom", "fault_domain": "application",
-        "action": "stop", "nodes": [], "ranks": [2], "evidence": [OOM.strip()]}}
+        "action": "stop", "nodes": [], "ranks": [2], "evidence": [OOM.strip()], "addresses": []}}
     assert second == {"file": str(healthy), "anomaly": None}
 
 
@@ -29,8 +29,8 @@ def test_dash_reads_standard_input():
     result = RUNNER.invoke(app, ["classify", "--json", "-"], input=IB)
     anomaly = json.loads(result.stdout)["anomaly"]
     assert result.exit_code == 0 and json.loads(result.stdout)["file"] == "-"
-    assert (anomaly["signature"], anomaly["fault_domain"], anomaly["nodes"]) == ("nccl_ib_error", "hardware",
-                                                                                ["kolyoz2"])
+    # The line blames its peer (an address: offline it stays one), not kolyoz2, which printed it.
+    assert (anomaly["signature"], anomaly["nodes"], anomaly["addresses"]) == ("nccl_ib_error", [], ["10.0.35.1"])
 
 
 def test_an_unreadable_file_is_named_and_exits_2_after_the_others(tmp_path):

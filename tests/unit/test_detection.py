@@ -107,9 +107,14 @@ def test_catalogue_validation_names_the_problem():
 def test_culprit_nodes_narrow_the_job_nodes_and_unknown_names_are_dropped():
     lines = ["kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer "
              "10.0.35.1<49189> with error 4, opcode 5327, len 5327, vendor err 81 (Send)"]
+    # The line blames its peer, an address: the job's NodeAddr makes it kolyoz1, never kolyoz2 (which printed it).
+    addrs = {"kolyoz1": "10.0.35.1", "kolyoz2": "10.0.35.2"}
+    anomaly, _ = crash_from_log(batch(lines), CAT, ["kolyoz1", "kolyoz2"], NOW, addrs)
+    assert anomaly.nodes == ["kolyoz1"]
     anomaly, _ = crash_from_log(batch(lines), CAT, ["kolyoz1", "kolyoz2"], NOW)
-    assert anomaly.nodes == ["kolyoz2"]
-    anomaly, _ = crash_from_log(batch(lines), CAT, ["other1", "other2"], NOW)
+    assert anomaly.nodes == ["kolyoz1", "kolyoz2"]  # no NodeAddr known: an address names no node
+    named = [lines[0].replace("10.0.35.1<49189>", "other3<49189>")]
+    anomaly, _ = crash_from_log(batch(named), CAT, ["other1", "other2"], NOW)
     assert anomaly.nodes == ["other1", "other2"]  # a name outside the job is never excluded
 
 

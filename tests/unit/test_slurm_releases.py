@@ -20,6 +20,7 @@ import pytest
 from memorybus import memory_bus
 
 from relaunch.actuator.domain.accounting import REQUEUE_LINK, available_fields, job_chain, parse_sacct
+from relaunch.actuator.domain.node_facts import NodeFacts
 from relaunch.actuator.domain.observing import output_paths_of, parse_scontrol_line, read_listing
 from relaunch.actuator.domain.rest_values import observed_from_rest
 from relaunch.actuator.domain.slurm_values import Unreadable, exit_code, job_state, number
@@ -278,6 +279,9 @@ class CapturedSlurm:
     async def usable_nodes(self):
         return {"debug": 4}
 
+    async def node_facts(self):
+        return NodeFacts({"debug": 4}, {f"node{i}": f"10.0.0.{i}" for i in range(1, 5)}, frozenset({"node4"}))
+
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_observer_publishes_every_opted_in_job_with_its_log_path(release):
@@ -287,6 +291,11 @@ def test_the_observer_publishes_every_opted_in_job_with_its_log_path(release):
     assert seen["fail"].state == "FAILED" and seen["fail"].exit_code == 1
     assert seen["fail"].stderr.endswith(f"fail-{capture.ids['fail']}.err")
     assert seen["chain"].restarts == 1 and seen["chain"].submit_time is not None
+    # Each node's NodeAddr and Slurm's down nodes, for the job's own nodes only (node_facts.py).
+    for observed in published:
+        assert observed.node_addrs == {n: f"10.0.0.{n[4:]}" for n in observed.nodes}, observed
+        assert observed.nodes_down == [n for n in observed.nodes if n == "node4"]
+    assert any(o.node_addrs for o in published)
 
 
 def test_a_job_found_only_by_the_accounting_sweep_carries_its_log_path():

@@ -92,7 +92,10 @@ def anomaly_json(found) -> dict | None:
         return None
     return {"kind": found.kind, "signature": found.signature_id, "category": found.category,
             "fault_domain": found.fault_domain, "action": found.action, "nodes": list(found.nodes),
-            "ranks": list(found.ranks), "evidence": [e.text for e in found.evidence]}
+            "ranks": list(found.ranks), "evidence": [e.text for e in found.evidence],
+            # Offline there is no NodeAddr to map an address to its node (the live detector has the job's):
+            # the addresses the lines blame are given as they are (docs/log-ingest.md, "Which host a line blames").
+            "addresses": list(found.addresses)}
 
 
 def print_classification(name: str, found) -> None:
@@ -112,6 +115,9 @@ def print_classification(name: str, found) -> None:
     where = []
     if found.nodes:
         where.append("nodes " + ", ".join(found.nodes))
+    if found.addresses:
+        where.append("addresses " + ", ".join(found.addresses) + " (offline no address is mapped to its Slurm node: "
+                     "the live detector maps it with the job's NodeAddr)")
     if found.ranks:
         ranks = ", ".join(map(str, found.ranks[:16])) + (" …" if len(found.ranks) > 16 else "")
         where.append(f"ranks {ranks}")

@@ -71,6 +71,13 @@ class JobObserved(Message):
                                 "user could read it (docs/security.md); None: not known, and then nothing is read")
     group_id: int | None = Field(None, ge=0, description="the job's primary group (Slurm's group_id)")
     work_dir: str = Field("", description="the job's working directory as Slurm recorded it ('' when not known)")
+    node_addrs: dict[Name, str] = Field(
+        {}, description="each node of the job -> its NodeAddr as Slurm knows it (an address or a host name): the "
+                        "detector maps an address a log line blames to its node with it (docs/log-ingest.md, 'Which "
+                        "host a line blames'); empty: not known")
+    nodes_down: list[Name] = Field(
+        [], description="the nodes of the job Slurm shows DOWN, FAIL or NOT_RESPONDING when observed: a node failure's "
+                        "failed node (the one that printed Slurm's NODE FAILURE line survived); empty: none, or not known")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

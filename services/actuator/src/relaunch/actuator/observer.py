@@ -40,6 +40,7 @@ from relaunch.common.schemas import JobObserved
 
 from .adapters.slurm import AccountingDisabled, Slurm
 from .domain.accounting import REQUEUE_LINK, AccountedAttempt, job_chain
+from .domain.node_facts import NodeFacts
 from .domain.observing import Listing, SqueueJob, read_listing
 from .domain.slurm_values import Unreadable
 
@@ -50,8 +51,8 @@ FROM_ACCOUNTING = Counter("relaunch_jobs_observed_from_accounting_total",
                           "Final states published from sacct because slurmctld had forgotten the job",
                           ["path"])
 
-PARTITION_TTL_S = 10.0
-"""How long the usable-node count per partition (sinfo) is reused."""
+NODES_TTL_S = 10.0
+"""How long one node listing (sinfo: usable nodes per partition, NodeAddr, down nodes) is reused."""
 GONE_TRIES = 30
 """Polls to wait for a vanished job's final accounting record before giving up on it (logged)."""
 SWEEP_SLACK = dt.timedelta(seconds=30)
@@ -89,7 +90,7 @@ class Observer:
         self._paths: dict[tuple[str, int], tuple[str, str]] = {}
         self._open: dict[str, _Seen] = {}
         self._firsts: dict[str, tuple[dt.datetime, int, dt.datetime | None]] = {}
-        self._partitions: tuple[float, dict[str, int]] | None = None
+        self._nodes: tuple[float, NodeFacts] | None = None
         self._last_ok: dt.datetime | None = None
         self._accounting = True
         self._unreadable_seen: set[tuple[str, str]] = set()
@@ -167,7 +168,10 @@ class Observer:
     # --- jobs slurmctld still lists ---------------------------------------------------------------
 
     async def _publish_listed(self, job: SqueueJob) -> None:
-        key = job.change_key()
+        # A node of a running job that Slurm marks down is news (a node failure's failed node:
+        # JobObserved.nodes_down), even while the job's own fields have not changed yet.
+        facts = await self._node_facts()
+        key = job.change_key() + (tuple(facts.down_of(job.nodes)) if facts else (),)
         if self._last.get(job.job_id) == key:
             return
         first = await self._first_submit(job)
@@ -303,23 +307,26 @@ class Observer:
 
     # --- publishing -------------------------------------------------------------------------------
 
-    async def _publish(self, job_id: str, key: tuple, *, partition: str, **fields) -> None:
-        observed = JobObserved(cluster=self.cluster, job_id=job_id, partition=partition,
-                               partition_nodes=await self._partition_size(partition), observed_at=utcnow(),
-                               **fields)
+    async def _publish(self, job_id: str, key: tuple, *, partition: str, nodes: list[str], **fields) -> None:
+        facts = await self._node_facts()
+        observed = JobObserved(cluster=self.cluster, job_id=job_id, partition=partition, nodes=nodes,
+                               partition_nodes=facts.usable.get(partition) if facts else None,
+                               node_addrs=facts.addrs_of(nodes) if facts else {},
+                               nodes_down=facts.down_of(nodes) if facts else [], observed_at=utcnow(), **fields)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
         await self.bus.publish(subjects.signal_job(self.cluster, job_id), observed,
                                msg_id=f"job.{self.cluster}.{job_id}.{digest}")
         OBSERVED.inc()
         self._last[job_id] = key
 
-    async def _partition_size(self, partition: str) -> int | None:
-        """Usable nodes in the partition (sinfo, reused for PARTITION_TTL_S); None when unknown."""
+    async def _node_facts(self) -> NodeFacts | None:
+        """The cluster's nodes (sinfo or slurmrestd, one call reused for NODES_TTL_S: domain/node_facts.py):
+        usable nodes per partition, each node's NodeAddr, the nodes Slurm has given up on; None when unknown."""
         now = time.monotonic()
-        if self._partitions is None or now - self._partitions[0] > PARTITION_TTL_S:
+        if self._nodes is None or now - self._nodes[0] > NODES_TTL_S:
             try:
-                self._partitions = (now, await self.slurm.usable_nodes())
+                self._nodes = (now, await self.slurm.node_facts())
             except (TemporaryError, PermanentError) as exc:
-                log.info("observer: partition sizes unknown for now: %s", exc)
+                log.info("observer: the cluster's nodes unknown for now: %s", exc)
                 return None
-        return self._partitions[1].get(partition)
+        return self._nodes[1]

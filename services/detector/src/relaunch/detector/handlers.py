@@ -19,7 +19,8 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Access, readable_size, unreadable_reason
-from .domain.detection import classify_batch, crash_anomaly, crash_from_scheduler, scheduler_state
+from .domain.detection import (classify_batch, crash_anomaly, crash_from_scheduler, node_addrs_field, parse_node_addrs,
+                               scheduler_state)
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker, high_step_in
 
@@ -61,7 +62,8 @@ class Detector:
         info, explained, progress = await self.state.crash_context(batch.cluster, batch.job_id, batch.attempt)
         if explained:
             return
-        anomaly = crash_anomaly(batch, found, parse_nodes(info.get("nodes")), utcnow())
+        anomaly = crash_anomaly(batch, found, parse_nodes(info.get("nodes")), utcnow(),
+                                parse_node_addrs(info.get("addrs")))
         if found.cascade:
             await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
             return
@@ -88,6 +90,10 @@ class Detector:
         if obs.user_id is not None:
             fields.update(uid=str(obs.user_id), gid="" if obs.group_id is None else str(obs.group_id),
                           workdir=obs.work_dir)
+        # Where each node is (NodeAddr): an address a log line blames is mapped to its node with it
+        # (domain/detection.crash_anomaly). An observation that does not say keeps what an earlier said.
+        if obs.node_addrs:
+            fields["addrs"] = node_addrs_field(obs.node_addrs)
         access = Access.of({**info, **fields}, self.follower.log_roots)
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:

@@ -56,26 +56,34 @@ class Classification:
     """How many lines the incident spans."""
     kind: str = "crash"
     """crash (a signature), or divergence (verdicts.py: from progress lines, as the detector's tracker)."""
+    addresses: tuple[str, ...] = ()
+    """Addresses the lines blame (scanning.Match.addresses), in order: node names only once mapped with
+    the job's NodeAddr (peers.nodes_named; the live detector does, `relaunch classify` cannot)."""
 
 
 class _Incident:
     """Accumulates one verdict's lines (private, mutable while folding; never escapes)."""
 
-    __slots__ = ("signature", "first", "lines", "nodes", "ranks", "evidence", "events")
+    __slots__ = ("signature", "first", "lines", "nodes", "ranks", "evidence", "events", "addresses")
 
     def __init__(self, signature: Signature, first: int) -> None:
         self.signature, self.first, self.lines = signature, first, 0
         self.nodes: dict[str, None] = {}
+        self.addresses: dict[str, None] = {}
         self.ranks: set[int] = set()
         self.evidence: list[Evidence] = []
         self.events: set[str] = set()
 
     def add(self, match: Match) -> None:
         self.lines += 1
-        new_place = any(n not in self.nodes for n in match.nodes) or any(r not in self.ranks for r in match.ranks)
+        new_place = (any(n not in self.nodes for n in match.nodes) or any(r not in self.ranks for r in match.ranks)
+                     or any(a not in self.addresses for a in match.addresses))
         for node in match.nodes:
             if len(self.nodes) < _NODES_MAX:
                 self.nodes.setdefault(node)
+        for address in match.addresses:
+            if len(self.addresses) < _NODES_MAX:
+                self.addresses.setdefault(address)
         for rank in match.ranks:
             if len(self.ranks) < _RANKS_MAX:
                 self.ranks.add(rank)
@@ -92,6 +100,9 @@ class _Incident:
         for node in other.nodes:
             if len(self.nodes) < _NODES_MAX:
                 self.nodes.setdefault(node)
+        for address in other.addresses:
+            if len(self.addresses) < _NODES_MAX:
+                self.addresses.setdefault(address)
         self.ranks |= set(list(other.ranks)[: max(0, _RANKS_MAX - len(self.ranks))])
         merged = sorted({e.text: e for e in [*other.evidence, *self.evidence]}.values(), key=lambda e: e.index)
         self.evidence = merged[:EVIDENCE_MAX]
@@ -141,4 +152,5 @@ def classify(matches: Iterable[Match]) -> Classification | None:
         signature_id=sig.id, category=sig.category, fault_domain=sig.fault_domain, action=sig.action,
         role=sig.role, cascade=sig.cascade, summary=sig.summary, nodes=tuple(winner.nodes),
         ranks=tuple(sorted(winner.ranks)), evidence=tuple(winner.evidence), lines=winner.lines,
+        addresses=tuple(winner.addresses),
     )

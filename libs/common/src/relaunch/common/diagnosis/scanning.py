@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .pattern_analysis import required_literals, top_level_alternatives
+from .peers import pointed_at
 from .prefixes import View, views
 from .signatures import MAX_LINE, Catalogue, Signature
 
@@ -53,6 +54,8 @@ class Match:
     gpu: str | None = None
     event: str | None = None
     """What makes this occurrence distinct when repeats are counted: the pid, else the line's time stamp."""
+    addresses: tuple[str, ...] = ()
+    """Addresses the line blames (a peer's, else the printing host's: peers.py); not node names."""
 
 
 def node_name(raw: str) -> str | None:
@@ -202,6 +205,10 @@ class Scanner:
                     extra = located.groupdict()
                     nodes += [extra["node"]] if extra.get("node") else []
                     ranks += [extra["rank"]] if extra.get("rank") else []
+        # A line that names the far end blames it, not the host that printed it (peers.py).
+        pointed = pointed_at(head)
+        if pointed.peer:
+            nodes = list(pointed.names)
         pid = groups.get("pid", "")
         before = head[:record.offset + found.start()].strip()
         event = pid if pid and "unknown" not in pid.lower() else (before or f"line {index}")
@@ -209,7 +216,7 @@ class Scanner:
             signature=verdict, index=index, text=head,
             nodes=tuple(dict.fromkeys(n for n in map(node_name, nodes) if n)),
             ranks=tuple(dict.fromkeys(int(r) for r in ranks if r.isdigit() and len(r) <= 7)),
-            gpu=groups.get("gpu"), event=event,
+            gpu=groups.get("gpu"), event=event, addresses=pointed.addresses,
         )
 
     def scan(self, lines: Iterable[str], first_index: int = 0) -> Iterator[Match]:

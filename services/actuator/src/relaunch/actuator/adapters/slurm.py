@@ -21,6 +21,7 @@ from relaunch.common.errors import PermanentError, TemporaryError
 from ..domain.accounting import AccountedAttempt, available_fields, parse_sacct
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.launches import BATCH_STEP_FIELDS, BatchStep, batch_step_of
+from ..domain.node_facts import NodeFacts, facts_from_sinfo
 from ..domain.observing import NodeCondition, Observed, parse_node_conditions, usable_nodes_by_partition
 from ..domain.rest_values import job_of, observed_from_rest
 from ..domain.slurm_values import Unreadable
@@ -179,6 +180,11 @@ class Slurm:
     async def usable_nodes(self) -> dict[str, int]:
         """Partition -> nodes that can run jobs now."""
         return usable_nodes_by_partition(await self._run(["sinfo", "-h", "-N", "-o", "%R|%N|%t"]))
+
+    async def node_facts(self) -> NodeFacts:
+        """Usable nodes per partition, each node's NodeAddr (%o), the nodes Slurm has given up on: one
+        sinfo, whose text is the same on every release (domain/node_facts.py)."""
+        return facts_from_sinfo(await self._run(["sinfo", "-h", "-N", "-o", "%R|%N|%t|%o"]))
 
     async def node_conditions(self, nodes: list[str]) -> dict[str, NodeCondition]:
         if not nodes:

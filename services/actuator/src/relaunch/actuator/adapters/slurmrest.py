@@ -36,7 +36,9 @@ from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.launches import BatchStep, batch_step_from_rest
 from ..domain.observing import NodeCondition, Observed
 from ..domain.rest_calls import REQUEUE_SINCE, SUPPORTED, Api, RestCall, pick_api, rest_call
-from ..domain.rest_values import accounted_from_rest, error_text, first_job, node_conditions_from, usable_nodes_from
+from ..domain.node_facts import NodeFacts
+from ..domain.rest_values import (accounted_from_rest, error_text, facts_from_rest, first_job, node_conditions_from,
+                                  usable_nodes_from)
 from ..domain.slurm_values import Unreadable
 from .slurm import _PERMANENT_MARKERS, SLURM_SECONDS, AccountingDisabled, JobGone, Slurm, observed_or_retry
 
@@ -247,6 +249,11 @@ class SlurmRest:
     async def usable_nodes(self) -> dict[str, int]:
         api = await self.api()
         return usable_nodes_from(await self._get(f"/slurm/{api.slurm}/nodes/", "nodes"))
+
+    async def node_facts(self) -> NodeFacts:
+        """Usable nodes per partition, each node's NodeAddr, the nodes Slurm has given up on (one GET)."""
+        api = await self.api()
+        return facts_from_rest(await self._get(f"/slurm/{api.slurm}/nodes/", "nodes"))
 
     async def node_conditions(self, nodes: list[str]) -> dict[str, NodeCondition]:
         if not nodes:

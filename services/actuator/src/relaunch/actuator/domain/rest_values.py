@@ -26,11 +26,12 @@ from typing import Any
 
 from .accounting import AccountedAttempt, expand_pattern
 from .hostlists import expand
+from .node_facts import NodeFacts, down_in_rest
 from .observing import HELD_REASONS, NOT_HOLDS, NodeCondition, Observed, USABLE_NODE_STATES, output_paths_of
 from .slurm_values import Unreadable, exit_code, job_state, number, text
 
 
-__all__ = ["accounted_from_rest", "error_text", "first_job", "job_of", "node_conditions_from", "observed_from_rest",
+__all__ = ["accounted_from_rest", "error_text", "facts_from_rest", "first_job", "job_of", "node_conditions_from", "observed_from_rest",
            "output_paths_of", "usable_nodes_from"]
 
 
@@ -147,6 +148,23 @@ def usable_nodes_from(nodes_answer: dict) -> dict[str, int]:
             usable.setdefault(partition, 0)
             usable[partition] += 1 if ok else 0
     return usable
+
+
+def facts_from_rest(nodes_answer: dict) -> NodeFacts:
+    """`GET /slurm/V/nodes/` -> NodeFacts (node_facts.py): usable nodes per partition, each node's
+    `address` (its NodeAddr), and the nodes whose state says DOWN, FAIL or NOT_RESPONDING."""
+    addrs: dict[str, str] = {}
+    down: set[str] = set()
+    for node in nodes_answer.get("nodes") or []:
+        name = node.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        address = node.get("address")
+        if isinstance(address, str) and address:
+            addrs[name] = address
+        if down_in_rest(_node_state(node)):
+            down.add(name)
+    return NodeFacts(usable_nodes_from(nodes_answer), addrs, frozenset(down))
 
 
 def node_conditions_from(nodes_answer: dict, wanted: list[str]) -> dict[str, NodeCondition]:

@@ -9,8 +9,10 @@ the service and the command line always agree on what a log means.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from relaunch.common.diagnosis.classifying import Classification, classify
+from relaunch.common.diagnosis.peers import nodes_named
 from relaunch.common.diagnosis.scanning import Scanner, scanner_for
 from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.job_states import as_read
@@ -45,16 +47,17 @@ def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str = "crash") -> 
     return f"{cluster}.{job_id}.{attempt}.{kind}"
 
 
-def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[str], now: dt.datetime
-                   ) -> tuple[AnomalyDetected, bool] | None:
+def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[str], now: dt.datetime,
+                   node_addrs: dict[str, str] | None = None) -> tuple[AnomalyDetected, bool] | None:
     """The batch's root cause as an anomaly, and whether it is only a cascade symptom.
 
     `nodes` are the job's nodes: the anomaly names the culprits among them when the log points at
-    some (so that restart_excluding excludes only those), else all of them, as before."""
+    some (so that restart_excluding excludes only those), else all of them, as before. `node_addrs`:
+    node -> NodeAddr (JobObserved.node_addrs), which turns an address the log blames into its node."""
     found = classify_batch(batch, catalogue)
     if found is None:
         return None
-    return crash_anomaly(batch, found, nodes, now), found.cascade
+    return crash_anomaly(batch, found, nodes, now, node_addrs), found.cascade
 
 
 def classify_batch(batch: LogBatch, catalogue: Catalogue | Scanner) -> Classification | None:
@@ -64,9 +67,30 @@ def classify_batch(batch: LogBatch, catalogue: Catalogue | Scanner) -> Classific
     return classify(scanner.scan(batch.lines))
 
 
-def crash_anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.datetime) -> AnomalyDetected:
-    """crash_from_log's second half: `found` (classify_batch's) as an anomaly against the job's `nodes`."""
-    return _anomaly(batch, found, _implicated(found.nodes, nodes), now)
+def crash_anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.datetime,
+                  node_addrs: dict[str, str] | None = None) -> AnomalyDetected:
+    """crash_from_log's second half: `found` (classify_batch's) as an anomaly against the job's `nodes`.
+    The hosts and addresses the lines blame (the far end a line names, else the host that printed it:
+    relaunch.common.diagnosis.peers) become Slurm node names with `node_addrs`; an address no single node
+    of the mapping has names none (the evidence still shows it)."""
+    culprits = tuple(nodes_named(found.nodes, found.addresses, node_addrs or {}))
+    return _anomaly(batch, found, _implicated(culprits, nodes), now)
+
+
+def node_addrs_field(node_addrs: dict[str, str]) -> str:
+    """JobObserved.node_addrs as the job's hash keeps it (field "addrs")."""
+    return json.dumps(node_addrs, sort_keys=True)
+
+
+def parse_node_addrs(value: str | None) -> dict[str, str]:
+    """The hash's "addrs" field back (empty when absent or unreadable)."""
+    try:
+        found = json.loads(value or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _implicated(culprits: tuple[str, ...], job_nodes: list[str]) -> list[str]:
