@@ -55,7 +55,6 @@ KNOWN_CLASSIFIER_MISSES = {
     "n096": "classified slurm_preempted (scheduler, restart); the label says restart_exclude_node (node_failure)",
     "n099": "classified teardown (unknown, restart); the label says no_retry (user_code_error)",
     "n108": "classified teardown (unknown, restart); the label says no_retry (cuda_oom)",
-    "n110": "classified xla_runtime_error (unknown, restart); the label says no_retry (user_code_error)",
     "n147": "nothing found; the label says no_retry (device_side_assert)",
     "n164": "nothing found; the label says no_retry (user_code_error)",
     "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",

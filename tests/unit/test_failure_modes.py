@@ -68,6 +68,8 @@ FAILURES = [
      "already allocated; 1.02 GiB free; 8.50 GiB reserved in total by PyTorch)", "cuda_oom", "application", "stop"),
     ("Tried to allocate 1.50 GiB (GPU 0; 10.76 GiB total capacity; 8.12 GiB already allocated; 1.02 GiB free)",
      "cuda_oom", "application", "stop"),
+    ("jax.errors.JaxRuntimeError: UNKNOWN: <unknown>:0: error: unknown vhlo type code: 40\n"
+     "<unknown>:0: note: see current operation: \"builtin.module\"()", "xla_version_mismatch", "application", "stop"),
     ("[123.456] Out of memory: Killed process 1234 (python3) total-vm:123456kB, anon-rss:120000kB",
      "host_oom_kill", "resource", "stop"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=5678.0. Some of your processes may have been killed "
