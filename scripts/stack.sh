@@ -661,7 +661,10 @@ services_up() {
   start_service decider "http://127.0.0.1:$HEALTH_DECIDER/healthz" "$PY" -m relaunch.decider
   # A job's output is read only where its user could read it, under its working directory or these roots
   # (docs/security.md): the stack's own job directory.
+  # The local and test stacks' own hang floor: their jobs step every second or so, and the tests wait for
+  # the hangs they cause. A cluster's default is 10 minutes (docs/operator-guide.md, "Hangs").
   RELAUNCH_DETECTOR_LOG_ROOTS=${RELAUNCH_DETECTOR_LOG_ROOTS:-$RUN/jobs} \
+  RELAUNCH_DETECTOR_HANG_FLOOR_S=${RELAUNCH_DETECTOR_HANG_FLOOR_S:-10} \
     start_service detector "http://127.0.0.1:$HEALTH_DETECTOR/healthz" "$PY" -m relaunch.detector
   start_service actuator "http://127.0.0.1:$HEALTH_ACTUATOR/healthz" "$PY" -m relaunch.actuator
   RELAUNCH_WATCHDOG_HEALTH_PORT=$HEALTH_WATCHDOG start_service watchdog "http://127.0.0.1:$HEALTH_WATCHDOG/healthz" \

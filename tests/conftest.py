@@ -35,6 +35,9 @@ STACK_ENV = {
     # Longer than a restarted actuator's wait for the old lease (<= 8 s), so that the watchdog only
     # steps in when every actuator is really gone; short enough for a test.
     "RELAUNCH_WATCHDOG_BOUND_S": "15", "RELAUNCH_WATCHDOG_INTERVAL_S": "1",
+    # The test stack's hang floor (a cluster's default is 10 minutes): the tests' jobs step every second or
+    # less, and the tests wait for the hangs they cause. tests/e2e/test_healthy_pause.py pauses 3x as long.
+    "RELAUNCH_DETECTOR_HANG_FLOOR_S": "10",
     # Slurm's scheduling passes at most 1 s apart instead of 3 (docs/operator-guide.md, "Faster restarts"):
     # every job the suite submits or relaunch restarts starts up to 2 s sooner.
     "RELAUNCH_SLURM_SCHEDULER_PARAMETERS": os.environ.get("RELAUNCH_SLURM_SCHEDULER_PARAMETERS",

@@ -97,7 +97,7 @@ def test_relaunch_progress_json_is_one_object_per_file_with_the_contracts_keys()
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [set(r) for r in rows] == [{"file", "formats", "steps", "first_step", "last_step", "step_time_s",
                                        "throughput", "hang_timeout_s"}] * 2
-    assert rows[0]["steps"] == 40 and rows[0]["hang_timeout_s"] == 10.0
+    assert rows[0]["steps"] == 40 and rows[0]["hang_timeout_s"] == 600.0  # the floor: 10 minutes
     assert rows[1]["hang_timeout_s"] is None
 
 

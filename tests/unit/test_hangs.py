@@ -11,7 +11,7 @@ from relaunch.detector.domain.hangs import (
     policy_with_options, timeout_s, verdict,
 )
 
-POLICY = HangPolicy()
+POLICY = HangPolicy(floor_s=10.0)  # the test stacks' floor (the default is minutes: test_the_default_floor_is_minutes)
 T0 = 1_780_000_000.0  # seconds since the epoch (2026)
 
 
@@ -97,7 +97,7 @@ def test_the_save_allowance_grows_with_the_longest_save_seen():
     state, t = run_steps(state, 11, 10, 1.0, t + 501)
     state = observe_checkpoint(state, "started", t)
     assert deadline(state, POLICY) == pytest.approx(t + 1500)
-    assert "longest save" in verdict(state, POLICY, t + 1500).reason
+    assert "longest pause" in verdict(state, POLICY, t + 1500).reason
 
 
 def test_duplicate_save_announcements_from_many_ranks_keep_the_first():

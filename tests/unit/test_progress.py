@@ -92,14 +92,13 @@ def test_a_rank_prefix_is_read_from_the_launchers_label():
 @pytest.mark.parametrize("line", [
     "",
     "NCCL INFO Channel 00/32 :    0   1   2   3",
-    "validation loss at iteration 100 on validation set | lm loss value: 2.3E+00 | lm loss PPL: 9.9E+00 |",
     "Map: 100%|██████████| 1000/1000 [00:00<00:00, 12345.67 examples/s]",
     "Loading checkpoint shards: 100%|██████████| 4/4 [00:05<00:00,  1.30s/it]",
-    "{'eval_loss': 2.1, 'eval_runtime': 5.2, 'eval_samples_per_second': 9.6, 'epoch': 1.0}",
     "{'train_runtime': 123.4, 'train_samples_per_second': 8.1, 'train_loss': 2.3, 'epoch': 3.0}",
     "step 5, loss: 2.5",
 ])
 def test_other_lines_are_not_progress(line):
+    # (evaluation lines are pauses: tests/unit/test_pauses.py)
     assert parse_line(line) is None
 
 

@@ -151,6 +151,8 @@ class AnomalyDetected(Message):
     # Additive in v1 (the decider's progress and do-not-restart rules read them; None: not known):
     last_step: int | None = Field(None, ge=0, description="the highest training step this attempt reached")
     exit_code: int | None = Field(None, description="the attempt's exit code, when the scheduler reported one")
+    advanced: bool | None = Field(None, description="a hang's: whether the attempt stepped forward before it went "
+                                  "silent (the no-progress rule never stops a job that did); None: not known")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

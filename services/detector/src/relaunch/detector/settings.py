@@ -40,9 +40,12 @@ class DetectorSettings(ServiceSettings):
     job, and so stop it with NaN losses: only for a cluster whose jobs all belong to one user, or a bench."""
     batch_bytes: int = 256 * 1024
     """Largest log batch published at once (NATS' default max payload is 1 MiB)."""
-    hang_floor_s: float = 10.0
-    """No hang is declared before this many seconds without progress, however fast the steps
-    (a job may raise it with hang_timeout=N in its comment)."""
+    hang_floor_s: float = 600.0
+    """No hang is declared before this many seconds without progress, however fast the steps (a job may
+    set its own with hang_timeout=N in its comment). 10 minutes, as NCCL's watchdog and AWS HyperPod's
+    example rule (no step line for 10 minutes) wait: training pauses for evaluation, checkpoints and data
+    reloads, and a pause that no line announces must fit under the floor the first time it happens (the
+    detector learns it then: docs/user-guide.md, "Hangs"). The local and test stacks set 10 s."""
     hang_warmup_s: float = 1800.0
     """Allowance before the first step of an attempt (start-up, data loading, checkpoint loading)."""
     hang_sweep_s: float = 1.0

@@ -329,6 +329,7 @@ class ProgressTracker:
                 attempt=attempt, kind="hang", source="progress", signature_id="hang_no_progress", category="hang",
                 fault_domain="unknown", action="restart", summary=found.reason[:2000],
                 nodes=parse_nodes(info.get("nodes")), detected_at=now, last_step=hang_state.high_step,
+                advanced=bool(hang_state.intervals),  # a step interval learnt: it stepped forward since it began
             ))
 
     async def _unread_lines(self, job_id: str) -> bool:

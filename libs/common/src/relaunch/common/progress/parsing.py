@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from ..diagnosis import prefixes
+from .phases import CheckpointMark, CheckpointPhase, pause  # noqa: F401 - CheckpointPhase re-exported
 
 MAX_LINE = 8192
 """Only the first MAX_LINE characters of a line are parsed (after choosing the last tqdm refresh)."""
@@ -36,9 +36,6 @@ MAX_LINE = 8192
 PRESETS = ("nemo", "megatron", "deepspeed", "torchtitan", "lightning", "hf_trainer", "plain")
 """Also the order of auto-detection: the most specific formats first (NeMo 2's line also reads
 `iteration 9/99 |`, so NeMo is tried before Megatron-LM)."""
-
-CheckpointPhase = Literal["started", "finished"]
-
 
 @dataclass(frozen=True)
 class Health:
@@ -91,14 +88,6 @@ class OverflowMark:
     """The scaler says it cannot go lower (DeepSpeed: 'Current loss scale already at minimum')."""
 
 
-@dataclass(frozen=True)
-class CheckpointMark:
-    phase: CheckpointPhase
-    step: int | None
-    rank: int | None
-    preset: str
-
-
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)"
 # A value that may be NaN or infinite: Python prints nan / inf, Lightning's bar `nan.0`, HF 5.x quotes it.
@@ -107,34 +96,6 @@ _VAL = r"['\"]?((?i:nan|[-+]?inf(?:inity)?)(?:\.0)?(?![A-Za-z])|[-+]?[0-9]+(?:\.
 # DeepSpeed's log_dist `[Rank 3]`, searched in the head of the line.
 _RANK_TAG = re.compile(r"\[Rank ([0-9]+)\]")
 _RANK_HEAD = 160
-
-# --- checkpoint saves (recognised whatever the preset: a save line is unambiguous) ---------------
-_STEP_IN_PATH = re.compile(r"(?:checkpoint-|global_step|step=|iter_)([0-9]+)")
-_CHECKPOINTS: tuple[tuple[str, re.Pattern[str], CheckpointPhase, str], ...] = (
-    # (lower-case needle, pattern, phase, preset)
-    ("saving checkpoint at iteration", re.compile(r"saving checkpoint at iteration\s*([0-9]+)", re.I),
-     "started", "megatron"),
-    ("saved checkpoint", re.compile(r"successfully saved checkpoint (?:from|at) iteration\s*([0-9]+)", re.I),
-     "finished", "megatron"),
-    ("checkpoint save for step", re.compile(r"Async checkpoint save for step ([0-9]+)[^\n]{0,600}finalized",
-                                            re.I), "finished", "nemo"),
-    ("scheduled async checkpoint", re.compile(r"Scheduled async checkpoint save for", re.I), "started", "nemo"),
-    ("saving model checkpoint", re.compile(r"Saving model checkpoint(?: to|:)", re.I), "started", "hf_trainer"),
-    # HF prints no end-of-save line; rotating old checkpoints happens right after a save completes.
-    # The empty group keeps the deleted checkpoint's number from being taken for the saved one.
-    ("deleting older checkpoint", re.compile(r"Deleting older checkpoint()", re.I), "finished", "hf_trainer"),
-    # "Finished saving the checkpoint" contains "saving the checkpoint": the end is tried first
-    ("finished saving the checkpoint", re.compile(r"Finished saving the checkpoint", re.I), "finished",
-     "torchtitan"),
-    ("saving the checkpoint", re.compile(r"Saving the checkpoint", re.I), "started", "torchtitan"),
-    ("only checkpoint", re.compile(r"Saving a (?:full|model only) checkpoint[^\n]{0,200}step ([0-9]+)", re.I),
-     "started", "torchtitan"),
-    ("saving checkpoint at step", re.compile(r"Saving checkpoint at step ([0-9]+)", re.I), "started", "torchtitan"),
-    ("is about to be saved", re.compile(r"Checkpoint (\S{1,200}) is about to be saved"), "started", "deepspeed"),
-    ("is ready now", re.compile(r"Checkpoint (\S{1,200}) is ready now"), "finished", "deepspeed"),
-    ("zero checkpoint saved", re.compile(r"zero checkpoint saved", re.I), "finished", "deepspeed"),
-    ("saving model to", re.compile(r"global step ([0-9]+): [^\n]{0,400}saving model to"), "started", "lightning"),
-)
 
 # --- progress lines ---------------------------------------------------------------------------
 _MEGATRON_ITER = re.compile(r"iteration\s*([0-9]+)\s*/\s*([0-9]+)\s*\|")
@@ -208,7 +169,8 @@ def parse_line(line: str | bytes, preset: str | None = None) -> Mark | None:
     if not text:
         return None
     rank = _rank(text)
-    mark = _checkpoint(text, rank)
+    tail = line[-8:].rstrip("\r\n ") if isinstance(line, str) else line[-8:].rstrip(b"\r\n ").decode("ascii", "replace")
+    mark = pause(text, tail, rank)
     if mark is not None:
         return mark
     overflow = _overflow(text, rank)
@@ -243,18 +205,6 @@ def _rank(text: str) -> int | None:
         return rank
     m = _RANK_TAG.search(text, 0, _RANK_HEAD)
     return int(m[1]) if m else None
-
-
-def _checkpoint(text: str, rank: int | None) -> CheckpointMark | None:
-    lower = text.lower()
-    if "checkpoint" not in lower and "saving model to" not in lower:
-        return None
-    for needle, pattern, phase, preset in _CHECKPOINTS:
-        if needle in lower:
-            m = pattern.search(text)
-            if m:
-                return CheckpointMark(phase, _step_of(m, text), rank, preset)
-    return None
 
 
 def _overflow(text: str, rank: int | None) -> OverflowMark | None:
@@ -292,14 +242,6 @@ def _float(raw: str) -> float | None:
 def _int(pattern: re.Pattern[str], text: str, pos: int = 0) -> int | None:
     m = pattern.search(text, pos)
     return int(m[1]) if m else None
-
-
-def _step_of(m: re.Match[str], text: str) -> int | None:
-    if m.re.groups and m[1].isdigit():
-        return int(m[1])
-    # a tag or path like global_step500 / checkpoint-500 / step=500 still names the step
-    found = _STEP_IN_PATH.search(m[1] if m.re.groups else text[m.start():])
-    return int(found[1]) if found else None
 
 
 def _megatron(text: str, rank: int | None) -> ProgressPoint | None:

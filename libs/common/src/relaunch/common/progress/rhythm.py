@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-FLOOR_S = 10.0
+FLOOR_S = 600.0
+"""The detector's default hang floor (its hang_floor_s: minutes, docs/operator-guide.md)."""
 MULTIPLIER = 5.0
 PERCENTILE = 95.0
 MIN_INTERVALS = 3

@@ -27,7 +27,9 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   restart_storm          K restarts within T and the job got no further than before them (not for
                          time limits and preemptions, which are the scheduler's doing)
   no_progress            the step reached did not pass the best step of the attempts before it (not
-                         for a preemption: the attempt may not have had the time)
+                         for a preemption: the attempt may not have had the time; not for a hang after
+                         the attempt stepped forward: it made progress between its hangs, as a job that
+                         starts again from step 0 does, and its silence may be a pause it takes)
   (a rule that stops a job that still runs and holds its nodes (a hang, a divergence) cancels it with
    a terminate Advice unless the policy says terminate_hung = false)
   within_budget          restart, leaving out the nodes attribution blames (capped by max_exclude, and
@@ -177,7 +179,10 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     storm = "" if klass == "scheduler" else _storm(history, attempt, step, policy, now)
     if storm:
         return stop("restart_storm", storm)
-    if policy.stop_without_progress and attempt >= 1 and step is not None and anomaly.category != "slurm_preempted":
+    # A hang after the attempt stepped forward is not "no progress": it made progress between its hangs.
+    progressed = anomaly.kind == "hang" and anomaly.advanced is True
+    if policy.stop_without_progress and attempt >= 1 and step is not None and anomaly.category != "slurm_preempted" \
+            and not progressed:
         before = history.high_step(0, attempt - 1)
         if before is not None and step <= before:
             return stop("no_progress", f"attempt {attempt} reached step {step}, no further than the step {before} "

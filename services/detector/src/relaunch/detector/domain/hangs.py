@@ -10,9 +10,18 @@ How the timeout is chosen, and why:
   than being flagged; the floor keeps fast jobs from being declared hung on a hiccup.
 - Before the job has shown `min_intervals` intervals (start-up: model load, compile, data index
   build), the longer `warmup_s` allowance applies, counted from the last sign of life.
-- A checkpoint save in progress has its own allowance, `max(checkpoint_s, checkpoint_multiplier x
-  the longest save seen)`, from the moment it started; a save that ended restarts the clock, and an
-  interval that spans a save is never learnt as a step interval.
+- A pause in progress (a checkpoint save or an evaluation phase, recognised from the framework's own
+  lines: relaunch.common.progress.phases) has its own allowance, `max(checkpoint_s, checkpoint_multiplier
+  x the longest pause seen)`, from the moment it started; a pause that ended restarts the clock, and an
+  interval that spans one is never learnt as a step interval. The pause a job takes is learnt per job:
+  the longest healthy one seen (a pause whose end was seen; one seen only at its end, as Megatron-LM's
+  and torchtitan's evaluations are, lasted the silence before that line).
+- A pause in the job's own rhythm is allowed once it has been seen once: the steps after which pauses
+  ended are kept, and while the job is silent after a step in that rhythm (a multiple of their greatest
+  common divisor: every N steps), it has `checkpoint_multiplier x the longest pause seen` even though no
+  line announced the pause. (A pause after step 0 or 1 is start-up, and says nothing of a rhythm.)
+- The floor is minutes on a real cluster (the detector's hang_floor_s, docs/operator-guide.md): the
+  first pause of a kind no line announces must fit under it before it can be learnt.
 
 Invariants: a step equal to the last one is a duplicate (many ranks print the same step) and changes
 nothing; a step below the last one (restart from a checkpoint, an evaluation bar, a new epoch's
@@ -33,13 +42,16 @@ from .clock import seconds, when
 STATE_VERSION = 1
 MAX_WINDOW = 256
 """The state keeps at most this many intervals whatever the policy: it lives in Redis."""
+MAX_PAUSE_STEPS = 8
+"""The steps after which the latest pauses ended (the job's rhythm) that a state keeps."""
 
 
 @dataclass(frozen=True)
 class HangPolicy:
-    floor_s: float = 10.0
-    """The shortest timeout ever used. 10 s lets a job with 1 s steps be declared hung within 15 s of
-    its last step (including a sweep period); raise it per job for jobs with long silent phases."""
+    floor_s: float = 600.0
+    """The shortest timeout ever used: 10 minutes, as NCCL's watchdog and AWS HyperPod's example rule
+    (no step line for 10 minutes) wait, so that a pause no line announces (a data reload, a slow
+    evaluation) is not a hang on its first occurrence. Test stacks set seconds (docs/operator-guide.md)."""
     multiplier: float = 5.0
     """Timeout = multiplier x the high percentile of recent step intervals (when above the floor)."""
     percentile: float = 95.0
@@ -53,7 +65,8 @@ class HangPolicy:
     checkpoint_s: float = 900.0
     """Least allowance for a checkpoint save in progress (large saves to a shared filesystem)."""
     checkpoint_multiplier: float = 3.0
-    """A save may take this many times the longest save seen so far, when that is above checkpoint_s."""
+    """A save or an evaluation may take this many times the longest pause seen so far, when that is
+    above checkpoint_s; a pause in the job's rhythm, this many times the longest (the margin)."""
 
     def __post_init__(self) -> None:
         positive = {"floor_s": self.floor_s, "warmup_s": self.warmup_s, "checkpoint_s": self.checkpoint_s}
@@ -100,13 +113,16 @@ class HangState:
     longest_save_s: float = 0.0
     gap_has_save: bool = False
     """The gap since progress_at contains a save, so it is not a step interval."""
+    pause_steps: tuple[int, ...] = ()
+    """The steps after which the latest healthy pauses ended (with_pause_step): the job's rhythm."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (tuples are arrays to json and orjson; not copied into lists: states are written for every report)."""
         return {"v": STATE_VERSION, "watched_since": self.watched_since, "last_step": self.last_step,
                 "high_step": self.high_step, "progress_at": self.progress_at, "intervals": self.intervals,
                 "save_started_at": self.save_started_at, "save_ended_at": self.save_ended_at,
-                "longest_save_s": self.longest_save_s, "gap_has_save": self.gap_has_save}
+                "longest_save_s": self.longest_save_s, "gap_has_save": self.gap_has_save,
+                "pause_steps": list(self.pause_steps)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HangState:
@@ -118,7 +134,9 @@ class HangState:
                        intervals=tuple(float(x) for x in data["intervals"]),
                        save_started_at=_opt(float, data["save_started_at"]),
                        save_ended_at=_opt(float, data["save_ended_at"]),
-                       longest_save_s=float(data["longest_save_s"]), gap_has_save=bool(data["gap_has_save"]))
+                       longest_save_s=float(data["longest_save_s"]), gap_has_save=bool(data["gap_has_save"]),
+                       # (added in version 1: states written before have none)
+                       pause_steps=tuple(int(x) for x in data.get("pause_steps") or ())[-MAX_PAUSE_STEPS:])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"hang state is malformed: {exc}") from exc
 
@@ -138,7 +156,8 @@ class HangState:
         return cls(watched_since=data["watched_since"], last_step=data["last_step"], high_step=data["high_step"],
                    progress_at=data["progress_at"], intervals=tuple(data["intervals"]),
                    save_started_at=data["save_started_at"], save_ended_at=data["save_ended_at"],
-                   longest_save_s=data["longest_save_s"], gap_has_save=data["gap_has_save"])
+                   longest_save_s=data["longest_save_s"], gap_has_save=data["gap_has_save"],
+                   pause_steps=tuple(data["pause_steps"]))
 
 
 @dataclass(frozen=True)
@@ -184,16 +203,18 @@ def observe_progress(state: HangState, step: int | None, now: float | dt.datetim
         steps = step - state.high_step if step is not None and state.high_step is not None else 1
         intervals = (intervals + (round(printed_s * max(1, steps), 6),))[-max(1, min(keep, MAX_WINDOW)):]
     save_started_at, longest, ended = state.save_started_at, state.longest_save_s, state.save_ended_at
+    pauses = state.pause_steps
     if save_started_at is not None and not backwards:
         # Training moved on: the save is over even if no end line came (HF prints none; async saves
         # return to training at once). Its length up to here is an upper bound worth remembering.
         # (A lagging rank's older step says nothing about the save, so it does not end it.)
         longest, save_started_at, ended = max(longest, now - save_started_at), None, now
+        pauses = with_pause_step(pauses, state.high_step)
     high = state.high_step if step is None else max(step, state.high_step if state.high_step is not None else step)
     # (the constructor, not dataclasses.replace: this runs for every progress report, and replace costs 3x)
     return HangState(watched_since=state.watched_since, last_step=step if step is not None else state.last_step,
                      high_step=high, progress_at=now, intervals=intervals, save_started_at=save_started_at,
-                     save_ended_at=ended, longest_save_s=longest, gap_has_save=False)
+                     save_ended_at=ended, longest_save_s=longest, gap_has_save=False, pause_steps=pauses)
 
 
 def observe_checkpoint(state: HangState, phase: Literal["started", "finished"], now: float | dt.datetime
@@ -205,12 +226,48 @@ def observe_checkpoint(state: HangState, phase: Literal["started", "finished"], 
         return replace(state, save_started_at=now, gap_has_save=True)
     if phase != "finished":
         raise ValueError(f"checkpoint phase must be 'started' or 'finished', not {phase!r}")
-    longest = state.longest_save_s
+    # An end line with no start seen is still a sign of life after a pause (Megatron-LM and torchtitan
+    # print their evaluation's only at its end): it lasted the silence before it, an upper bound worth
+    # remembering. The clock restarts from here either way.
+    longest = max(state.longest_save_s, pause_length(state, now))
+    return replace(state, save_started_at=None, save_ended_at=now, longest_save_s=longest, gap_has_save=True,
+                   pause_steps=with_pause_step(state.pause_steps, state.high_step))
+
+
+def pause_length(state: HangState, now: float) -> float:
+    """How long the pause that ends at `now` lasted: since its start line, else since the last sign of
+    life before it (0 when there was none: start-up is not a pause)."""
     if state.save_started_at is not None:
-        longest = max(longest, now - state.save_started_at)
-    # An end line with no start seen is still a sign of life after a save (its start line may have
-    # gone unrecognised): the clock restarts from here either way.
-    return replace(state, save_started_at=None, save_ended_at=now, longest_save_s=longest, gap_has_save=True)
+        return now - state.save_started_at
+    if state.progress_at is None:
+        return 0.0
+    last = state.progress_at if state.save_ended_at is None else max(state.progress_at, state.save_ended_at)
+    return max(0.0, now - last)
+
+
+def with_pause_step(steps: tuple[int, ...], step: int | None) -> tuple[int, ...]:
+    """`steps` with the step after which a pause ended (none after step 0 or 1: start-up)."""
+    if step is None or step <= 1 or step in steps:
+        return steps
+    return (steps + (step,))[-MAX_PAUSE_STEPS:]
+
+
+def rhythm(steps: tuple[int, ...]) -> int | None:
+    """Every how many steps the job pauses (the greatest common divisor of the steps its pauses ended
+    after), None while no pause was seen, or when they share no rhythm."""
+    period = math.gcd(*steps) if steps else 0
+    return period if period >= 2 else None
+
+
+def rhythm_allowance_s(state: HangState, policy: HangPolicy) -> float:
+    """The silence allowed after a step in the job's rhythm: checkpoint_multiplier x the longest pause
+    seen; 0 when the job is not at such a step."""
+    if state.longest_save_s <= 0 or not state.pause_steps or state.high_step is None:
+        return 0.0
+    period = rhythm(state.pause_steps)
+    if period is None or state.high_step % period:
+        return 0.0
+    return policy.checkpoint_multiplier * state.longest_save_s
 
 
 def timeout_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
@@ -233,7 +290,7 @@ def timeout_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
 def save_allowance_s(state: HangState, policy: HangPolicy) -> tuple[float, str]:
     learnt = policy.checkpoint_multiplier * state.longest_save_s
     if learnt > policy.checkpoint_s:
-        return learnt, (f"{policy.checkpoint_multiplier:g} x the longest save seen "
+        return learnt, (f"{policy.checkpoint_multiplier:g} x the longest pause seen "
                         f"({state.longest_save_s:.3g} s) = {learnt:.3g} s")
     return policy.checkpoint_s, f"checkpoint allowance {policy.checkpoint_s:g} s"
 
@@ -256,6 +313,8 @@ def deadline(state: HangState, policy: HangPolicy) -> float:
         allowance = learnt if learnt > policy.checkpoint_s else policy.checkpoint_s
         if state.save_started_at + allowance > due:
             return state.save_started_at + allowance
+    elif state.pause_steps and (rhythmic := rhythm_allowance_s(state, policy)) > timeout:
+        return anchor + rhythmic
     return due
 
 
@@ -266,8 +325,8 @@ def verdict(state: HangState, policy: HangPolicy, now: float | dt.datetime) -> H
         return None
     silent = now - anchor
     if during_save:
-        reason = (f"a checkpoint save started at {when(state.save_started_at)} has not finished after "
-                  f"{now - state.save_started_at:.0f} s; allowed {why}")
+        reason = (f"a checkpoint save or an evaluation started at {when(state.save_started_at)} has not "
+                  f"finished after {now - state.save_started_at:.0f} s; allowed {why}")
     elif state.progress_at is None:
         reason = (f"no training step seen in {silent:.0f} s since {when(anchor)} "
                   f"(watched since {when(state.watched_since)}); timeout {timeout:.3g} s: {why}")
@@ -293,6 +352,10 @@ def _deadline(state: HangState, policy: HangPolicy) -> tuple[float, float, str, 
         allowance, save_why = save_allowance_s(state, policy)
         if state.save_started_at + allowance > due:
             return state.save_started_at + allowance, allowance, save_why, True, anchor
+    elif (rhythmic := rhythm_allowance_s(state, policy)) > timeout:
+        why = (f"a pause in the job's rhythm (after every {rhythm(state.pause_steps)} steps): "
+               f"{policy.checkpoint_multiplier:g} x the longest pause seen ({state.longest_save_s:.3g} s)")
+        return anchor + rhythmic, rhythmic, why, False, anchor
     return due, timeout, why, False, anchor
 
 

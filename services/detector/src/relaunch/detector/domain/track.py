@@ -1,14 +1,12 @@
 """One attempt's progress state, held compactly and advanced in place: the hot path of progress ingest
 (docs/architecture.md, "Scale").
 
-hangs.HangState and stragglers.StragglerState are frozen values that each observation replaces, and the
-verdicts read them. Replacing them for every report, and decoding and encoding them as JSON around each
-report (about 190 numbers a job), cost the detector 80-90 us of CPU per report: more than a bare
-consumer's whole handling of a message. A ProgressTrack holds the same numbers (the step intervals,
-rates and times in arrays of doubles: 8 bytes a number instead of a float object's 24 and its pointer's
-8) and advances them in place with exactly the rules of hangs.observe_progress, hangs.observe_checkpoint
-and stragglers.observe_points (tests/unit/test_progress_track.py drives both with the same random
-sequences and compares every field).
+hangs.HangState and stragglers.StragglerState are frozen values that each observation replaces; replacing
+them for every report, and decoding and encoding them as JSON around each (about 190 numbers a job),
+cost the detector 80-90 us of CPU per report. A ProgressTrack holds the same numbers (intervals, rates and
+times in arrays of doubles: 8 bytes a number instead of a float object's 24 and its pointer's 8) and
+advances them in place with exactly the rules of hangs.observe_progress, hangs.observe_checkpoint and
+stragglers.observe_points (tests/unit/test_progress_track.py compares both over random sequences).
 
 The verdicts stay pure functions of the frozen values: `hang_state()` and `straggler_state()` make
 them, and hangs.deadline reads a track as it is (a track has every field deadline reads).
@@ -38,14 +36,13 @@ from . import hangs, stragglers
 from .clock import seconds
 from .progress import CheckpointMark, OverflowMark, ProgressPoint
 
-FORMAT = 1
+FORMAT = 2  # 2: the pause steps (hangs.HangState.pause_steps) follow the scalars; 1 (written before): none
 _HEAD = struct.Struct("<BHH")
 """format, number of step intervals, number of straggler samples (rates and times alike)."""
 _FRESH_DIVERGENCE = divergence.DivergenceState()
 _STEADY = divergence.DivergenceState(calibrated=True, recent="." * divergence.DivergencePolicy().storm_window)
-"""The divergence state of most jobs once they have run a while (tracking observes with the default
-policy): calibrated, every recent step went through, no loss figures kept. A track in it holds its last
-step alone: no state object of its own, none made for each report."""
+"""Most jobs' divergence state once they have run a while (the default policy's: calibrated, every recent
+step went through, no loss figures): a track in it holds its last step alone, no state object."""
 _STEADY_RECORD = _STEADY.to_dict()
 """_STEADY's stored form: a steady track's is this with its last step (`encode`, no state made to store it)."""
 _UNITS: dict[str, tuple[str, str]] = {}
@@ -58,7 +55,7 @@ _SWAP = sys.byteorder != "little"
 class ProgressTrack:
     __slots__ = ("attempt", "watched_since", "last_step", "high_step", "progress_at", "intervals",
                  "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save",
-                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step",
+                 "pause_steps", "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step",
                  "stored_as")
 
     def __init__(self, attempt: int, watched_since: float, hang_keep: int = 0, straggler_keep: int = 0) -> None:
@@ -75,6 +72,7 @@ class ProgressTrack:
         self.save_ended_at: float | None = None
         self.longest_save_s = 0.0
         self.gap_has_save = False
+        self.pause_steps: tuple[int, ...] = ()
         self.top: float | None = None
         """The largest of `intervals`, None when not known (deadline finds it, _progress keeps it)."""
         # the straggler state (stragglers.StragglerState's fields, its high_step renamed)
@@ -83,14 +81,12 @@ class ProgressTrack:
         self.rates = _reserved(straggler_keep)
         self.times = _reserved(straggler_keep)
         self.total = 0
-        self.rank_times: dict[int, tuple[float, ...]] | None = None
-        """None until a report names its rank (most jobs' never do: an empty dict is 64 bytes a job)."""
+        self.rank_times: dict[int, tuple[float, ...]] | None = None  # until a report names its rank (most never do)
         self._div: divergence.DivergenceState | None = _FRESH_DIVERGENCE
         """The divergence state; None while it is steady (_STEADY but for its last step, `_div_step`)."""
         self._div_step: int | None = None
         self.stored_as: str | None = None
-        """The token of the write that stored this track, where a cache holds it (adapters/statecache.py);
-        not part of the state."""
+        """The token of the write that stored it, where a cache holds it (adapters/statecache.py); not state."""
 
     # -- the divergence state (most jobs' is steady: only its last step changes, kept as a number) --------
     @property
@@ -127,7 +123,8 @@ class ProgressTrack:
         track.last_step, track.high_step, track.progress_at = hang.last_step, hang.high_step, hang.progress_at
         track.intervals.extend(hang.intervals)
         track.save_started_at, track.save_ended_at = hang.save_started_at, hang.save_ended_at
-        track.longest_save_s, track.gap_has_save = hang.longest_save_s, hang.gap_has_save
+        track.longest_save_s, track.gap_has_save, track.pause_steps = hang.longest_save_s, hang.gap_has_save, \
+            hang.pause_steps
         track.unit, track.straggler_high, track.total = strag.unit, strag.high_step, strag.total
         track.rates.extend(strag.rates)
         track.times.extend(strag.times)
@@ -139,7 +136,8 @@ class ProgressTrack:
         return hangs.HangState(watched_since=self.watched_since, last_step=self.last_step, high_step=self.high_step,
                                progress_at=self.progress_at, intervals=tuple(self.intervals),
                                save_started_at=self.save_started_at, save_ended_at=self.save_ended_at,
-                               longest_save_s=self.longest_save_s, gap_has_save=self.gap_has_save)
+                               longest_save_s=self.longest_save_s, gap_has_save=self.gap_has_save,
+                               pause_steps=self.pause_steps)
 
     def straggler_state(self) -> stragglers.StragglerState:
         return stragglers.StragglerState(unit=self.unit, high_step=self.straggler_high, rates=tuple(self.rates),
@@ -218,6 +216,7 @@ class ProgressTrack:
         if self.save_started_at is not None and not backwards:
             self.longest_save_s = max(self.longest_save_s, now - self.save_started_at)
             self.save_started_at, self.save_ended_at = None, now
+            self.pause_steps = hangs.with_pause_step(self.pause_steps, high)
         if step is not None:
             self.high_step = step if high is None or step > high else high
             self.last_step = step
@@ -232,16 +231,13 @@ class ProgressTrack:
             return
         if phase != "finished":
             raise ValueError(f"checkpoint phase must be 'started' or 'finished', not {phase!r}")
-        if self.save_started_at is not None:
-            self.longest_save_s = max(self.longest_save_s, now - self.save_started_at)
+        self.longest_save_s = max(self.longest_save_s, hangs.pause_length(self, now))
+        self.pause_steps = hangs.with_pause_step(self.pause_steps, self.high_step)
         self.save_started_at, self.save_ended_at, self.gap_has_save = None, now, True
 
     def _samples(self, points: Iterable[ProgressPoint], now: float, keep: int) -> None:
         """stragglers.observe_points."""
-        changed = False
-        for point in points:
-            changed = self._sample(point, now) or changed
-        if changed:
+        if any([self._sample(point, now) for point in points]):  # (a list: every point is sampled)
             self._trim_samples(keep)
 
     def _trim_samples(self, keep: int) -> None:
@@ -292,7 +288,7 @@ class ProgressTrack:
         """hangs.deadline(self, policy), the same number, without going over the intervals when the
         floor applies (most reports of most jobs: the largest interval is kept)."""
         progress_at, intervals = self.progress_at, self.intervals
-        if self.save_started_at is None and progress_at is not None \
+        if self.save_started_at is None and progress_at is not None and not self.pause_steps \
                 and policy.min_intervals <= len(intervals) <= policy.window:
             top = self.top
             if top is None:
@@ -334,7 +330,7 @@ class ProgressTrack:
                    self.save_started_at, self.save_ended_at, self.longest_save_s, self.gap_has_save,
                    self.unit, self.straggler_high, self.total,
                    {str(rank): times for rank, times in self.rank_times.items()} if self.rank_times else None,
-                   self._divergence_record()]
+                   self._divergence_record(), self.pause_steps]
         body = b"".join((_HEAD.pack(FORMAT, len(intervals), len(rates)), intervals.tobytes(), rates.tobytes(),
                          times.tobytes(), orjson.dumps(scalars)))
         return b"B" + body
@@ -353,7 +349,7 @@ def decode_record(text: str | bytes) -> dict[str, Any]:
     try:
         body = memoryview(text)[1:]
         fmt, n_intervals, n_samples = _HEAD.unpack_from(body)
-        if fmt != FORMAT:
+        if fmt not in (1, FORMAT):
             raise ValueError(f"progress state format {fmt} is not {FORMAT}")
         arrays, offset = [], _HEAD.size
         for count in (n_intervals, n_samples, n_samples):
@@ -363,8 +359,9 @@ def decode_record(text: str | bytes) -> dict[str, Any]:
                 raise ValueError("progress state is cut short")
             arrays.append(_swapped(values) if _SWAP else values)
             offset += 8 * count
+        scalars = orjson.loads(body[offset:])
         (attempt, watched_since, last_step, high_step, progress_at, save_started_at, save_ended_at, longest,
-         gap, unit, s_high, total, ranks, div) = orjson.loads(body[offset:])
+         gap, unit, s_high, total, ranks, div), pauses = scalars[:14], (scalars[14] if fmt > 1 else [])
     except (struct.error, TypeError) as exc:
         raise ValueError(f"progress state is malformed: {exc}") from exc
     intervals, rates, times = (a.tolist() for a in arrays)
@@ -372,7 +369,7 @@ def decode_record(text: str | bytes) -> dict[str, Any]:
            "hang": {"v": hangs.STATE_VERSION, "watched_since": watched_since, "last_step": last_step,
                     "high_step": high_step, "progress_at": progress_at, "intervals": intervals,
                     "save_started_at": save_started_at, "save_ended_at": save_ended_at,
-                    "longest_save_s": longest, "gap_has_save": gap},
+                    "longest_save_s": longest, "gap_has_save": gap, "pause_steps": pauses},
            "straggler": {"v": stragglers.STATE_VERSION, "unit": unit, "high_step": s_high, "rates": rates,
                          "times": times, "total": total, "rank_times": ranks or {}}}
     if div is not None:
@@ -425,8 +422,7 @@ def decode_with_deltas(text: str | bytes, deltas: bytes | None) -> dict[str, Any
 
 def _reserved(length: int) -> array:
     """An empty array of doubles whose buffer already holds `length` + 1 of them (a report appends before
-    it trims). Arrays grown one value at a time reallocate a dozen times on the way, and 10,000 jobs'
-    arrays growing side by side left the heap fragmented (the detector's RSS per job rose by a third)."""
+    it trims): 10,000 jobs' arrays grown one value at a time fragmented the heap (RSS per job +1/3)."""
     values = array("d", bytes(8 * (length + 1))) if length > 0 else array("d")
     while len(values) > 15:  # shrinking by less than 16 at a time keeps the buffer (CPython's array_resize)
         del values[-15:]
