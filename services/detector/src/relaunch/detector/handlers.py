@@ -63,7 +63,7 @@ class Detector:
         if explained:
             return
         anomaly = crash_anomaly(batch, found, parse_nodes(info.get("nodes")), utcnow(),
-                                parse_node_addrs(info.get("addrs")))
+                                parse_node_addrs(info.get("addrs")), parse_nodes(info.get("down")))
         if found.cascade:
             await self.state.set_candidate(batch.cluster, batch.job_id, batch.attempt, dump(anomaly).decode())
             return
@@ -94,6 +94,8 @@ class Detector:
         # (domain/detection.crash_anomaly). An observation that does not say keeps what an earlier said.
         if obs.node_addrs:
             fields["addrs"] = node_addrs_field(obs.node_addrs)
+        # The job's nodes Slurm shows down now (a node failure's failed node: crash_anomaly).
+        fields["down"] = nodes_field(obs.nodes_down)
         access = Access.of({**info, **fields}, self.follower.log_roots)
         known_attempt = int(info["attempt"]) if info.get("attempt") else None
         if known_attempt is not None and known_attempt > obs.restarts:

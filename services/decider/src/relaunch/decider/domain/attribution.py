@@ -32,7 +32,8 @@ Invariants:
   implicates none;
 - Slurm's "*** STEP 2.0 ON node3 CANCELLED AT ... DUE TO NODE FAILURE ***" is printed by a survivor
   (slurmctld tells the nodes it still reaches to end the step): it implicates no node, whatever a
-  catalogue locates in it; the failed node comes from Slurm's NODE_FAIL and the node's silence;
+  catalogue locates in it; the failed node comes from Slurm's NODE_FAIL, the node's Slurm state (the
+  detector names the job's nodes Slurm shows DOWN / NOT_RESPONDING, JobObserved.nodes_down) and the node's silence;
 - the job's own text is evidence for its own restart (its own XID line on its own node leaves that
   node out of its restart), never on its own against other users (reputation.py);
 - suspects at or above EXCLUDE_AT are left out of the restart (capped, and never so many that the job
@@ -193,7 +194,8 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
         what = (f"straggler: the slow rank ran on it ({anomaly.summary[:200]})" if anomaly.kind == "straggler"
                 else f"lost: its gpu-probe fell silent while the job stopped ({anomaly.summary[:200]})"
                 if anomaly.source == "node"
-                else f"Slurm: {anomaly.summary[:200]}" if anomaly.source == "scheduler"
+                else f"Slurm: {anomaly.summary[:200]}"
+                if anomaly.source == "scheduler" or _slurm_down(anomaly, members)
                 else f"{anomaly.category} ({anomaly.fault_domain}) in the job's log names it")
         for node in hints:
             add(node, 0.0, f"a hint: {anomaly.category} ({anomaly.fault_domain}) in the job's log names it, but "
@@ -240,6 +242,13 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
                         key=lambda s: (-s.confidence, s.node)))
 
 
+def _slurm_down(anomaly: AnomalyDetected, members: set[str]) -> bool:
+    """A log anomaly of survivors' node-failure lines only, whose nodes the detector narrowed to some of the
+    job's that Slurm shows down: Slurm's word on which node failed, not the job's text."""
+    return (anomaly.source == "log" and bool(anomaly.evidence) and 0 < len(set(anomaly.nodes) & members) < len(members)
+            and all(_SURVIVOR.search(e.text) for e in anomaly.evidence))
+
+
 def _named(anomaly: AnomalyDetected, members: set[str]) -> tuple[list[str], list[str]]:
     """(nodes of the job the anomaly names, hosts its log lines name that are not the job's). For a log
     anomaly whose lines name hosts, those decide: the detector's list is the job's every node when the
@@ -250,7 +259,9 @@ def _named(anomaly: AnomalyDetected, members: set[str]) -> tuple[list[str], list
         return culprits, []
     texts = [e.text for e in anomaly.evidence if not _SURVIVOR.search(e.text)]
     if anomaly.evidence and not texts:
-        return [], []  # only survivors' lines: the detector's nodes are the job's, or the survivors'
+        # Only survivors' lines, which name no failed node: the detector's nodes are the job's, or some
+        # of them that Slurm shows down (JobObserved.nodes_down; detection.crash_anomaly says so).
+        return (culprits if _slurm_down(anomaly, members) else []), []
     hosts = hosts_named(texts)
     if not hosts:
         return culprits, []

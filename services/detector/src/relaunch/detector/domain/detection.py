@@ -48,7 +48,8 @@ def anomaly_id(cluster: str, job_id: str, attempt: int, kind: str = "crash") -> 
 
 
 def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[str], now: dt.datetime,
-                   node_addrs: dict[str, str] | None = None) -> tuple[AnomalyDetected, bool] | None:
+                   node_addrs: dict[str, str] | None = None, nodes_down: list[str] | None = None
+                   ) -> tuple[AnomalyDetected, bool] | None:
     """The batch's root cause as an anomaly, and whether it is only a cascade symptom.
 
     `nodes` are the job's nodes: the anomaly names the culprits among them when the log points at
@@ -57,7 +58,7 @@ def crash_from_log(batch: LogBatch, catalogue: Catalogue | Scanner, nodes: list[
     found = classify_batch(batch, catalogue)
     if found is None:
         return None
-    return crash_anomaly(batch, found, nodes, now, node_addrs), found.cascade
+    return crash_anomaly(batch, found, nodes, now, node_addrs, nodes_down), found.cascade
 
 
 def classify_batch(batch: LogBatch, catalogue: Catalogue | Scanner) -> Classification | None:
@@ -68,13 +69,35 @@ def classify_batch(batch: LogBatch, catalogue: Catalogue | Scanner) -> Classific
 
 
 def crash_anomaly(batch: LogBatch, found: Classification, nodes: list[str], now: dt.datetime,
-                  node_addrs: dict[str, str] | None = None) -> AnomalyDetected:
+                  node_addrs: dict[str, str] | None = None, nodes_down: list[str] | None = None) -> AnomalyDetected:
     """crash_from_log's second half: `found` (classify_batch's) as an anomaly against the job's `nodes`.
     The hosts and addresses the lines blame (the far end a line names, else the host that printed it:
     relaunch.common.diagnosis.peers) become Slurm node names with `node_addrs`; an address no single node
-    of the mapping has names none (the evidence still shows it)."""
+    of the mapping has names none (the evidence still shows it).
+
+    A node failure whose lines blame no node (Slurm's "*** STEP ... ON node3 CANCELLED AT ... DUE TO NODE
+    FAILURE" is printed by a survivor) names the job's nodes Slurm shows down (`nodes_down`,
+    JobObserved.nodes_down) when they are some of its nodes, and says so in the summary."""
     culprits = tuple(nodes_named(found.nodes, found.addresses, node_addrs or {}))
-    return _anomaly(batch, found, _implicated(culprits, nodes), now)
+    anomaly = _anomaly(batch, found, _implicated(culprits, nodes), now)
+    down = down_among(nodes_down, nodes)
+    if found.category == NODE_FAILURE and not culprits and down:
+        anomaly = anomaly.model_copy(update={"nodes": down, "summary": f"{found.summary}; {_down_said(down)}"})
+    return anomaly
+
+
+NODE_FAILURE = "slurm_node_failure"
+
+
+def down_among(nodes_down: list[str] | None, nodes: list[str]) -> list[str]:
+    """The job's nodes Slurm shows down, when they are some of them (all of them down says nothing of
+    which one failed: none is named, as a cut of every host is judged in lost_nodes.py)."""
+    down = [n for n in nodes if n in set(nodes_down or ())]
+    return down if down and len(down) < len(nodes) else []
+
+
+def _down_said(down: list[str]) -> str:
+    return f"Slurm shows {', '.join(down)} down (DOWN, FAIL or NOT_RESPONDING): the failed node"
 
 
 def node_addrs_field(node_addrs: dict[str, str]) -> str:
@@ -146,10 +169,13 @@ def crash_from_scheduler(observed: JobObserved, now: dt.datetime, log_problem: s
                        f"reason={observed.reason}{exit_note}")
         else:
             summary += f"; its log could not be read ({log_problem})"
+    nodes = observed.nodes
+    if category == NODE_FAILURE and (down := down_among(observed.nodes_down, observed.nodes)):
+        nodes, summary = down, f"{summary}; {_down_said(down)}"
     return AnomalyDetected(
         anomaly_id=anomaly_id(observed.cluster, observed.job_id, observed.restarts), cluster=observed.cluster,
         job_id=observed.job_id, attempt=observed.restarts, kind="crash", source="scheduler",
         signature_id=signature, category=category, fault_domain=domain,
-        action=action, summary=summary, nodes=observed.nodes, evidence=[], exit_code=observed.exit_code,
+        action=action, summary=summary, nodes=nodes, evidence=[], exit_code=observed.exit_code,
         detected_at=now,
     )
