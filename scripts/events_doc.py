@@ -54,6 +54,8 @@ CHANNELS = (
     Channel("eventAnomaly", subjects.event_anomaly, schemas.AnomalyDetected, "the detector"),
     Channel("advice", subjects.advice, schemas.Advice, "the decider, through its transactional outbox"),
     Channel("eventReconcile", subjects.event_reconcile, schemas.ReconcileStatus, "the actuator"),
+    Channel("eventHangEvidence", subjects.event_hang_evidence, schemas.HangEvidence,
+            "the actuator, on a hang anomaly (docs/architecture.md, \"Hang evidence\")"),
     Channel("eventAudit", subjects.event_audit, schemas.AuditEntry, "every service, and the API for overrides"),
     Channel("dlq", subjects.dlq, schemas.DeadLetter, "every service, for a message it could not accept"),
     Channel("controlInject", subjects.control_inject, schemas.FaultInjection,

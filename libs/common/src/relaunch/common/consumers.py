@@ -20,8 +20,8 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig, DeliverPolicy
 
 from . import subjects
 from .outcomes import parse_body
-from .schemas import (AnomalyDetected, AuditEntry, DeadLetter, FaultInjection, InjectionAck, JobObserved, LogBatch,
-                      Message, NodeHealth, ProgressReported, ReconcileStatus, Advice)
+from .schemas import (AnomalyDetected, AuditEntry, DeadLetter, FaultInjection, HangEvidence, InjectionAck, JobObserved,
+                      LogBatch, Message, NodeHealth, ProgressReported, ReconcileStatus, Advice)
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,9 @@ DECIDER_RECONCILE = Consumer("decider", subjects.DECIDER_RECONCILE, ReconcileSta
                              "The actuator's reconcile statuses, into the ledger.")
 DECIDER_AUDIT = Consumer("decider", subjects.DECIDER_AUDIT, AuditEntry, "Audit entries of every service, into the ledger.")
 DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-probe readings: evidence for attribution.")
+DECIDER_HANG_EVIDENCE = Consumer("decider", subjects.DECIDER_HANG_EVIDENCE, HangEvidence,
+                                 "Hang evidence (the ranks read from outside the job): into the ledger, for the "
+                                 "hang's decision.", per_subject=True)
 # Different jobs' Advice reconciled at once, one job's in order: jobs that fail together no longer
 # wait for each other's requeue, release and StartTime=now; and short pulls, so that an Advice naked to
 # look again in 0.1-0.3 s (a successor still COMPLETING, the credential second) is back that soon, not
@@ -93,6 +96,10 @@ DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-pro
 ACTUATOR_ADVICE = Consumer("actuator", subjects.ACTUATOR_ADVICE, Advice,
                            "Advice: reconciled against Slurm, acked only at a terminal outcome.", per_subject=True,
                            fetch_timeout_s=0.1)
+# Different jobs' hangs read at once; every other anomaly is acked at once.
+ACTUATOR_HANGS = Consumer("actuator", subjects.ACTUATOR_HANGS, AnomalyDetected,
+                          "Hang anomalies: the hung job's ranks read from inside its allocation (py-spy, /proc), "
+                          "published as HangEvidence.", per_subject=True)
 
 # The notifier pulls a batch at a time (relaunch.common.ingest): a storm arrives together and is
 # posted as one digest per route.
@@ -105,7 +112,8 @@ NOTIFIER_DLQ = Consumer("notifier", subjects.NOTIFIER_DLQ, DeadLetter,
                         "Dead letters: relaunch itself is unhealthy, posted to webhooks.", batch=64, engine="ingest")
 
 ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS,
-                             DECIDER_ANOMALIES, DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, ACTUATOR_ADVICE,
+                             DECIDER_ANOMALIES, DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, DECIDER_HANG_EVIDENCE,
+                             ACTUATOR_ADVICE, ACTUATOR_HANGS,
                              NOTIFIER_AUDIT, NOTIFIER_RECONCILE, NOTIFIER_DLQ)
 
 

@@ -113,7 +113,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
         # Advice, and the audit entry of each decision (through the outbox, relaunch.decider.adapters.ledger)
         "decider": _service("decider", [f"{p}.advice.>", audit], consumers=CONSUMERS["decider"]),
         "actuator": _service(
-            "actuator", [f"{p}.signal.job.>", f"{p}.event.reconcile.>", audit,
+            "actuator", [f"{p}.signal.job.>", f"{p}.event.reconcile.>", f"{p}.event.hang_evidence.>", audit,
                          # reads the newest Advice of a job and the anomaly behind it (by subject)
                          f"{API}.STREAM.MSG.GET.{subjects.ADVICE.name}", f"{API}.DIRECT.GET.{subjects.ADVICE.name}.>",
                          f"{API}.STREAM.MSG.GET.{events}", f"{API}.DIRECT.GET.{events}.>",

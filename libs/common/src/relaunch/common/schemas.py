@@ -342,9 +342,51 @@ class DeadLetter(Message):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+class RankEvidence(Message):
+    """One rank process of a hung job as read from outside it (py-spy, /proc), and its part in the hang."""
+
+    rank: int = Field(ge=0)
+    node: Name
+    pid: int = Field(ge=0)
+    role: Literal["victim", "suspect", "waiting", "unread"]
+    where: Literal["collective", "user", "native", "library", "unknown"]
+    collective: str | None = None
+    place: str | None = Field(None, description="the innermost frame of the user's code: file:line (function)")
+    call: str | None = Field(None, description="what it is in: time.sleep, a native call, a library function")
+    state: str = Field("", description="/proc/<pid>/stat state at the second sample (R, S, D...)")
+    cpu_ticks: int | None = Field(None, description="utime+stime gained between the two samples")
+    frames: list[str] = Field([], description="its main thread's frames that matter, innermost first (at most 12)")
+    dump_mode: str = Field("", description="native (py-spy --native) or nonblocking")
+    error: str = ""
+
+
+class HangEvidence(Message):
+    """What the actuator read of a hung job's ranks on a hang anomaly, and who it points at
+    (docs/architecture.md, "Hang evidence")."""
+
+    schema_: Literal["relaunch.hang_evidence/v1"] = Field("relaunch.hang_evidence/v1", alias="schema")
+    anomaly_id: str
+    cluster: Name
+    job_id: JobId
+    attempt: int = Field(ge=0)
+    status: Literal["collected", "unavailable", "skipped"]
+    detail: str = Field("", description="why nothing was collected, or what failed on some nodes")
+    blame: Literal["node", "user_code", "unclear", "none"] = "none"
+    victims: list[int] = []
+    suspects: list[int] = []
+    suspect_nodes: list[Name] = Field([], description="only when the evidence points at the node")
+    place: str | None = Field(None, description="the user-code suspect's place (a deadlock when the same twice)")
+    reason: str = ""
+    ranks: list[RankEvidence] = []
+    elapsed_s: float = Field(0.0, ge=0, description="how long the collection took")
+    collected_at: dt.datetime
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
 ALL_MODELS: tuple[type[Message], ...] = (
     JobObserved, LogBatch, ProgressReported, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
-    FaultInjection, InjectionAck,
+    FaultInjection, InjectionAck, HangEvidence,
 )
 
 

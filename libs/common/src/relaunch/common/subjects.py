@@ -38,6 +38,11 @@ def event_reconcile(cluster: str, job_id: str) -> str:
     return f"{PREFIX}.event.reconcile.{cluster}.{job_id}"
 
 
+def event_hang_evidence(cluster: str, job_id: str) -> str:
+    """HangEvidence: what the actuator read of a hung job's ranks (docs/architecture.md, "Hang evidence")."""
+    return f"{PREFIX}.event.hang_evidence.{cluster}.{job_id}"
+
+
 def event_audit(cluster: str, job_id: str) -> str:
     return f"{PREFIX}.event.audit.{cluster}.{job_id}"
 
@@ -64,6 +69,7 @@ ALL_ANOMALIES = f"{PREFIX}.event.anomaly.>"
 ALL_ADVICE = f"{PREFIX}.advice.>"
 ALL_RECONCILE = f"{PREFIX}.event.reconcile.>"
 ALL_AUDIT = f"{PREFIX}.event.audit.>"
+ALL_HANG_EVIDENCE = f"{PREFIX}.event.hang_evidence.>"
 ALL_EVENTS = f"{PREFIX}.event.>"
 ALL_DLQ = f"{PREFIX}.dlq.>"
 ALL_CONTROL_INJECT = f"{PREFIX}.control.inject.>"
@@ -111,11 +117,18 @@ DECIDER_RECONCILE = ConsumerSpec("decider-reconcile", EVENTS, ALL_RECONCILE, ack
 DECIDER_AUDIT = ConsumerSpec("decider-audit", EVENTS, ALL_AUDIT, ack_wait_s=30, max_deliver=100)
 # Node health: evidence for attribution (heartbeats every interval; a few lost ones cost nothing).
 DECIDER_NODES = ConsumerSpec("decider-nodes", SIGNALS, ALL_SIGNAL_NODE, ack_wait_s=30, max_deliver=10)
+# Hang evidence, into the ledger with its anomaly (the hang's decision waits for it, a bounded time).
+DECIDER_HANG_EVIDENCE = ConsumerSpec("decider-hang-evidence", EVENTS, ALL_HANG_EVIDENCE, ack_wait_s=30,
+                                     max_deliver=100)
 # The actuator acks an Advice only at a terminal outcome and naks to look again meanwhile, so
 # redeliveries are unbounded by design; expiry (Advice.expires_at) ends a stuck one instead.
 # ack_wait is short so that the Advice a killed actuator was handling comes back quickly to the
 # restarted one or to the standby; one pass (one Slurm command, timeout 8 s) fits well inside it.
 ACTUATOR_ADVICE = ConsumerSpec("actuator-advice", ADVICE, ALL_ADVICE, ack_wait_s=10, max_deliver=-1)
+# Hang anomalies: the actuator steps into the job's allocation and reads its ranks (bounded at about 20 s,
+# docs/architecture.md, "Hang evidence"); ack_wait covers one collection; a collection is not worth
+# repeating much (the decider decides without evidence after its own bounded wait).
+ACTUATOR_HANGS = ConsumerSpec("actuator-hangs", EVENTS, ALL_ANOMALIES, ack_wait_s=60, max_deliver=3)
 
 # The notifier posts chosen events to webhooks (docs/notifications.md). It acks a message only once
 # every route that wants it has taken it (or refused it for good), and naks with a back-off while a

@@ -7,7 +7,10 @@ import time
 import functools
 import logging
 import os
+import shutil
 import socket
+import sys
+from pathlib import Path
 
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
@@ -20,6 +23,7 @@ from relaunch.common.settings import CommonSettings, load_settings, require_back
 from .adapters.coordination import HoldRegistry, Lease
 from .adapters.ratelimit import ActionRateLimit
 from .handlers import Observer, Reconciler, handle_advice
+from .hang_evidence import HangReader
 from .settings import ActuatorSettings
 from .slurm_access import slurm_adapter
 
@@ -44,6 +48,11 @@ async def amain() -> None:
     reconciler = Reconciler(bus, slurm, settings.mode, holds, limit, frozenset(settings.partitions),
                             drain_nodes=settings.drain_nodes, down_lost_nodes=settings.down_lost_nodes,
                             fence=lambda: lease.is_leader)
+    beside = Path(sys.executable).with_name("py-spy")
+    pyspy = settings.pyspy or (str(beside) if beside.exists() else shutil.which("py-spy") or "py-spy")
+    hangs = HangReader(bus, slurm, settings.mode, enabled=settings.hang_evidence,
+                       python=settings.hang_evidence_python, pyspy=pyspy,
+                       timeout_s=settings.hang_evidence_timeout_s)
     log.info("actuator %s starting in %s mode (partitions: %s; node drain %s)", instance, settings.mode,
              ", ".join(settings.partitions) or "all", "on" if settings.drain_nodes else "off")
 
@@ -71,6 +80,7 @@ async def amain() -> None:
             # A FastStream subscriber that runs only while this actuator holds the lease.
             consume(bus, consumers.ACTUATOR_ADVICE, functools.partial(handle_advice, reconciler), stop,
                     active=lambda: lease.is_leader),
+            consume(bus, consumers.ACTUATOR_HANGS, hangs.on_anomaly, stop, active=lambda: lease.is_leader),
         ]
 
     async def on_stop() -> None:

@@ -46,6 +46,17 @@ class ActuatorSettings(ServiceSettings):
     Advice excludes it because the detector found it lost (its gpu-probe silent while the job stopped)
     and the job still holds it: otherwise Slurm keeps the job COMPLETING, away from its restart, until
     SlurmdTimeout. At most two nodes per Advice (docs/operator-guide.md). Observe mode only audits it."""
+    hang_evidence: bool = True
+    """On a hang anomaly of a running opted-in job (act mode only), read its ranks from inside its
+    allocation (`srun --overlap` on each node: py-spy and /proc) and publish HangEvidence: who stopped
+    the collective, and whether the node or the user's code (docs/architecture.md, "Hang evidence")."""
+    hang_evidence_timeout_s: float = 20.0
+    """The whole collection's bound, every node at once; past it a node gives no evidence."""
+    hang_evidence_python: str = "python3"
+    """The Python the collector runs under on the job's nodes (standard library only)."""
+    pyspy: str = ""
+    """py-spy on the job's nodes; empty: the py-spy installed beside the actuator's own Python (the same
+    path on the nodes: a shared install), else `py-spy` on the nodes' PATH."""
     history_window_s: float = 900.0
     """On start-up (and on taking over the lease) the observer reads job accounting (sacct) this far
     back for opted-in jobs that ended, and were forgotten by slurmctld, while no observer was looking."""

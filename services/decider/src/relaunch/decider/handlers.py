@@ -12,13 +12,16 @@ from prometheus_client import Counter
 from relaunch.common import subjects, telemetry
 from relaunch.common.outcomes import Delivery, utcnow
 from relaunch.common.errors import TemporaryError
+from relaunch.common.hangs.triggers import wants_evidence
 from relaunch.common.optin import parse_comment
 from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicySet, resolve
-from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, NodeHealth, ReconcileStatus
+from relaunch.common.schemas import (Advice, AnomalyDetected, AuditEntry, HangEvidence, JobObserved, NodeHealth,
+                                     ReconcileStatus)
 
+from .adapters import hang_evidence_store
 from .adapters.ledger import FINAL_STATES, JobTx, Ledger
-from .domain import attribution, reputation
+from .domain import attribution, hang_verdicts, reputation
 from .domain.attribution import Suspect
 from .domain.history import History
 from .domain.policy import Decision, Policy, decide
@@ -45,6 +48,11 @@ the ledger knows the attempt's nodes, or after this many deliveries (about 0.5 s
 that carries them travels on another consumer, and an anomaly that came first would otherwise be
 attributed against no nodes and exclude none (docs/policy.md, "Attribution")."""
 
+WAIT_FOR_HANG_EVIDENCE = dt.timedelta(seconds=30)
+"""A hang the actuator reads the ranks of (hangs.triggers.wants_evidence) is decided once its evidence is
+in the ledger, or this long after its detection (the actuator's collection is bounded at 20 s, and it
+answers at once when it collects nothing): no evidence, the hang is decided as without it (fail closed)."""
+
 
 Pending = tuple[AnomalyDetected, Delivery, "str | None"]
 """An anomaly waiting for its batch: with its delivery and the traceparent of its message's span."""
@@ -63,19 +71,37 @@ class Decider:
         self.batches: GroupCommit[Pending, Advice | None] = GroupCommit(self._decide_batch, max_batch=batch)
         self.half_life = node_history_half_life
         self.policies = policies if policies is not None else load_policies()
+        self._hang_evidence: dict[str, tuple[dict | None, str | None]] = {}
+        """anomaly id -> (its hang evidence, the place the attempt before's blamed), while it is decided."""
 
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
         await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
+        if wants_evidence(anomaly):
+            await self._await_hang_evidence(anomaly)
         try:
             # Decided with the other jobs' anomalies that came with it (group_commit, _decide_batch).
             advice = await self.batches.submit((anomaly, delivery, telemetry.current_traceparent()))
         finally:
             # After the commit: each decision's audit entry (and an Advice) waits in the outbox.
             self.outbox.kick()
+            self._hang_evidence.pop(anomaly.anomaly_id, None)
         if advice is not None:
             ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
+
+    async def _await_hang_evidence(self, anomaly: AnomalyDetected) -> None:
+        """The anomaly's hang evidence (and the attempt before's blamed place) for `_judge`, or a
+        TemporaryError while it may still come."""
+        pool = self.ledger.pool
+        found = await hang_evidence_store.of_anomaly(pool, anomaly.anomaly_id)
+        if found is None and utcnow() - anomaly.detected_at < WAIT_FOR_HANG_EVIDENCE:
+            raise TemporaryError("waiting for the actuator's hang evidence", delay=1.0)
+        before = await hang_evidence_store.place_before(pool, anomaly.cluster, anomaly.job_id, anomaly.attempt)
+        self._hang_evidence[anomaly.anomaly_id] = (found, before)
+
+    async def on_hang_evidence(self, evidence: HangEvidence, delivery: Delivery) -> None:
+        await hang_evidence_store.record(self.ledger.pool, evidence)
 
     async def _decide_batch(self, batch: list[tuple[Pending, asyncio.Future[Advice | None]]]) -> None:
         """Decide a batch of anomalies, a job's first in one transaction (`_decide_round`), a second of
@@ -222,7 +248,10 @@ class Decider:
                                          previous=history.implicated(anomaly.attempt - 1),
                                          ib_pair=policy.ib_pair, half_life=self.half_life,
                                          slurm_state=record.state if record is not None else "")
-        return policy, decide(history, anomaly, policy, now, suspects), suspects
+        hang, place_before = self._hang_evidence.get(anomaly.anomaly_id, (None, None))
+        suspects = hang_verdicts.with_hang_suspects(suspects, hang, job_nodes)
+        deadlock = hang_verdicts.deadlock(hang, place_before)
+        return policy, decide(history, anomaly, policy, now, suspects, deadlock), suspects
 
     async def _record(self, tx: JobTx, anomaly: AnomalyDetected, policy: Policy, decision: Decision,
                       suspects: list[Suspect], now: dt.datetime) -> Advice | None:

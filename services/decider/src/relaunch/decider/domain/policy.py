@@ -22,6 +22,8 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   log_unread             the job failed, no line explained it and its log could not be read: an error in
                          the job itself cannot be ruled out, so it is not restarted
   fault_not_restartable  the signature says a restart would fail the same way (action stop)
+  hang_deadlock          hang evidence read from outside the job finds it stuck in its own code at the
+                         same place (file:line) as the attempt before (hang_verdicts.deadlock)
   max_attempts           attempts in all, the first included
   class_budget           restarts per failure class (application and resource: none by default)
   restart_storm          K restarts within T and the job got no further than before them (not for
@@ -83,9 +85,10 @@ class Decision:
 
 
 def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
-           suspects: tuple[Suspect, ...] | None = None) -> Decision:
+           suspects: tuple[Suspect, ...] | None = None, deadlock: str | None = None) -> Decision:
     """`suspects` come from attribution; those confident enough are excluded (capped by policy).
-    None (no attribution ran) falls back to the anomaly's own node hints."""
+    None (no attribution ran) falls back to the anomaly's own node hints. `deadlock`: why the hang is
+    the program's own, the same place twice (hang_verdicts.deadlock); None: not known to be."""
     attempt = anomaly.attempt
     klass = fault_class(anomaly)
     record = history.attempt(attempt)
@@ -164,6 +167,8 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     if anomaly.action == "stop" and not rerun and anomaly.kind != "divergence":
         return stop("fault_not_restartable",
                     f"{anomaly.category} ({anomaly.fault_domain} fault): a restart would fail the same way")
+    if deadlock and anomaly.kind == "hang":
+        return stop("hang_deadlock", deadlock)
     used = history.attempts_used(attempt, ran)
     if used >= policy.max_attempts:
         return stop("max_attempts", f"max_attempts={policy.max_attempts} reached: attempt {used} of "

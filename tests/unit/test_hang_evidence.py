@@ -1,0 +1,89 @@
+"""Hang evidence end to end without Slurm: the collector's JSON (as rank_collector.py prints it, with real
+py-spy dumps, tests/fixtures/pyspy) -> HangEvidence (the actuator's domain) -> what the decider makes of
+it (suspect nodes left out, the same user-code place twice stops the job)."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from relaunch.actuator.domain.hang_readings import collector_argv, evidence, readings_from
+from relaunch.common.hangs.triggers import wants_evidence
+from relaunch.common.schemas import AnomalyDetected, HangEvidence
+from relaunch.decider.domain.attribution import EXCLUDE_AT, Suspect
+from relaunch.decider.domain.hang_verdicts import deadlock, with_hang_suspects
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
+NOW = dt.datetime(2026, 12, 5, 1, 0, tzinfo=dt.UTC)
+STAT = "{pid} (python) S 1 1 1 0 -1 4194560 100 0 0 0 {u} 5 0 0 20 0 9 0 100 1000 200"
+
+
+def _anomaly(kind="hang", source="progress", category="hang") -> AnomalyDetected:
+    return AnomalyDetected(anomaly_id="a1", cluster="local", job_id="42", attempt=0, kind=kind, source=source,
+                           signature_id="hang_no_progress", category=category, fault_domain="unknown",
+                           action="restart", summary="no progress", detected_at=NOW)
+
+
+def _node_output(case: str, node: str, ranks: list[int]) -> str:
+    out = []
+    for rank in ranks:
+        text = (FIXTURES / f"gloo3-{case}-rank{rank}.txt").read_text()
+        pid = int(text.split()[1].rstrip(":"))
+        out.append({"rank": rank, "local_rank": "0", "pid": pid, "interval_s": 0.5, "blocked_threads": 0,
+                    "stat": [STAT.format(pid=pid, u=10), STAT.format(pid=pid, u=10)], "dump": text,
+                    "dump_mode": "native", "error": ""})
+    return json.dumps({"node": node, "ranks": out, "elapsed_s": 1.2})
+
+
+def test_the_collectors_output_becomes_evidence_naming_the_node():
+    outputs = [("node1", _node_output("native", "node1", [0]), ""), ("node2", _node_output("native", "node2", [1])
+                                                                     , ""), ("node3", _node_output("native", "node3", [2]), "")]
+    found = evidence(_anomaly(), outputs, 1.5, NOW)
+    assert isinstance(found, HangEvidence) and found.status == "collected"
+    assert (found.blame, found.suspects, found.suspect_nodes) == ("node", [1], ["node2"])
+    assert [r.role for r in found.ranks] == ["victim", "suspect", "victim"]
+    assert found.ranks[1].state == "S" and found.ranks[1].cpu_ticks == 0 and found.ranks[1].frames
+    HangEvidence.model_validate_json(found.model_dump_json(by_alias=True))  # as on the wire
+
+
+def test_a_node_that_did_not_answer_fails_closed():
+    outputs = [("node1", _node_output("native", "node1", [0]), ""), ("node2", None, "no answer within 20 s")]
+    found = evidence(_anomaly(), outputs, 20.0, NOW)
+    assert found.blame == "none" and found.suspect_nodes == []
+    assert "node2: no answer within 20 s" in found.detail
+    nothing = evidence(_anomaly(), [("node1", "not json", ""), ("node2", None, "srun exited 1")], 1.0, NOW)
+    assert nothing.status == "unavailable" and nothing.suspect_nodes == []
+
+
+def test_readings_sorted_by_rank_from_every_node():
+    readings, problems = readings_from([("n2", _node_output("sleep", "n2", [2, 1]), ""),
+                                        ("n1", json.dumps({"node": "n1", "ranks": []}), "")])
+    assert [r.rank for r in readings] == [1, 2] and problems == ["n1: no rank process of the job found"]
+
+
+def test_the_srun_command_steps_into_the_job_beside_its_steps():
+    argv = collector_argv("42", "node2", "python3", "print(1)", "/opt/py-spy")
+    assert argv[:8] == ["srun", "--overlap", "--jobid=42", "-w", "node2", "-N1", "-n1", "--quiet"]
+    assert argv[-5:] == ["python3", "-c", "print(1)", "42", "/opt/py-spy"]
+
+
+def test_which_anomalies_are_read():
+    assert wants_evidence(_anomaly())
+    assert wants_evidence(_anomaly("crash", "log", "nccl_timeout_hang"))
+    assert not wants_evidence(_anomaly(source="node", category="node_lost"))
+    assert not wants_evidence(_anomaly("crash", "scheduler", "slurm_failed"))
+
+
+def test_node_evidence_makes_an_excluded_suspect_of_the_jobs_own_node_only():
+    body = {"status": "collected", "blame": "node", "suspect_nodes": ["node2", "elsewhere"], "reason": "rank 1 ..."}
+    suspects = with_hang_suspects([Suspect("node2", 0.5, ("degraded",))], body, ["node1", "node2"])
+    assert [(s.node, s.confidence >= EXCLUDE_AT) for s in suspects] == [("node2", True)]
+    assert suspects[0].reasons[-1].startswith("hang evidence: rank 1")
+    assert with_hang_suspects([], {**body, "blame": "none"}, ["node2"]) == []
+    assert with_hang_suspects([], {**body, "blame": "user_code"}, ["node2"]) == []
+
+
+def test_the_same_user_code_place_twice_is_a_deadlock():
+    body = {"blame": "user_code", "place": "train.py:88 (train)", "reason": "rank 1 on node2 is in `time.sleep`"}
+    assert deadlock(body, "train.py:88 (train)").startswith("hung in the program's own code at the same place")
+    assert deadlock(body, None) is None and deadlock(body, "train.py:90 (train)") is None
+    assert deadlock({**body, "blame": "node"}, "train.py:88 (train)") is None
