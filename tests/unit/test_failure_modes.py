@@ -68,6 +68,16 @@ FAILURES = [
      "already allocated; 1.02 GiB free; 8.50 GiB reserved in total by PyTorch)", "cuda_oom", "application", "stop"),
     ("Tried to allocate 1.50 GiB (GPU 0; 10.76 GiB total capacity; 8.12 GiB already allocated; 1.02 GiB free)",
      "cuda_oom", "application", "stop"),
+    ("[rank1]: usage: finetune.py [-h] [--lr LR] [--epochs EPOCHS]\n"
+     "[rank1]: finetune.py: error: unrecognized arguments: --local-rank=1\n"
+     "E0101 00:00:00.000000 42 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 2) "
+     "local_rank: 1 (pid: 43) of binary: /usr/bin/python3", "python_argument_error", "application", "stop"),
+    ("2024-02-03 04:05:06.789012: W tensorflow/core/framework/op_kernel.cc:1828] OP_REQUIRES failed at "
+     "conv_ops.cc:684 : RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[256,64,112,112] and type float on "
+     "/job:localhost/replica:0/task:0/device:CPU:0 by allocator mklcpu", "host_memory_exhausted", "resource", "stop"),
+    ("2024-02-03 04:05:06.789012: W tensorflow/core/framework/op_kernel.cc:1828] OP_REQUIRES failed at "
+     "conv_ops.cc:684 : RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[256,64,112,112] and type float on "
+     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", "cuda_oom", "application", "stop"),
     ("jax.errors.JaxRuntimeError: UNKNOWN: <unknown>:0: error: unknown vhlo type code: 40\n"
      "<unknown>:0: note: see current operation: \"builtin.module\"()", "xla_version_mismatch", "application", "stop"),
     ("[123.456] Out of memory: Killed process 1234 (python3) total-vm:123456kB, anon-rss:120000kB",
