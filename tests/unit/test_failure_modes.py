@@ -54,6 +54,10 @@ FAILURES = [
     ("2025-01-02 03:04:05,678\tWARNING worker.py:2100 -- The node with node id: 9a8b and address: 10.9.8.7 and node "
      "name: 10.9.8.7 has been marked dead because the detector has missed too many heartbeats from it.",
      "ray_node_dead", "infrastructure", "restart"),
+    ("ray.exceptions.RaySystemError: System error: Failed to unpickle serialized exception", "ray_system_error",
+     "unknown", "restart"),
+    ("ray.exceptions.RaySystemError: System error: No module named 'my_rewards'\n"
+     "ModuleNotFoundError: No module named 'my_rewards'", "python_library_error", "application", "stop"),
     ("ray.exceptions.RayTaskError(ValueError): ray::Learner.update() (pid=812, ip=10.0.1.4, actor_id=77aa)\n"
      "  File \"learner.py\", line 40, in update\nValueError: expected 2 dims, got 3",
      "ray_task_application_error", "application", "stop"),
