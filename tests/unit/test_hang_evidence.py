@@ -87,3 +87,15 @@ def test_the_same_user_code_place_twice_is_a_deadlock():
     assert deadlock(body, "train.py:88 (train)").startswith("hung in the program's own code at the same place")
     assert deadlock(body, None) is None and deadlock(body, "train.py:90 (train)") is None
     assert deadlock({**body, "blame": "node"}, "train.py:88 (train)") is None
+
+
+def test_the_policy_cancels_a_hang_at_the_same_place_twice_and_restarts_one_blamed_on_a_node():
+    from relaunch.decider.domain.policy import History, Policy, decide
+
+    hang = _anomaly().model_copy(update={"attempt": 1})
+    body = {"blame": "user_code", "place": "scripts/faults.py:45 (at_step)", "reason": "rank 1 on node2 is in ..."}
+    d = decide(History(), hang, Policy(max_attempts=3), NOW, [], deadlock(body, "scripts/faults.py:45 (at_step)"))
+    assert d.kind == "terminate" and d.rule == "hang_deadlock" and "same place in two attempts" in d.reason
+    node = {"status": "collected", "blame": "node", "suspect_nodes": ["node2"], "reason": "rank 1 on node2 ..."}
+    d = decide(History(), hang, Policy(max_attempts=3), NOW, tuple(with_hang_suspects([], node, ["node1", "node2"])))
+    assert d.kind == "restart" and d.exclude_nodes == ("node2",)

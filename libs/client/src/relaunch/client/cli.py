@@ -131,6 +131,18 @@ def _print_job(data: dict) -> None:
         for ev in an["evidence"]:
             console.print(f"      {shown(ev['path'])}@{shown(ev['offset'])}: {shown(ev['text'][:160])}",
                           highlight=False)
+    for h in data.get("hang_evidence") or []:
+        nodes = ",".join(h.get("suspect_nodes") or []) or "-"
+        console.print(f"  hang evidence (attempt {shown(h['attempt'])}): {shown(h['status'])}, blame "
+                      f"{shown(h['blame'])}, suspect nodes {shown(nodes)}, in {shown(h['elapsed_s'])} s: "
+                      f"{shown(h['reason'] or h['detail'])}", highlight=False, soft_wrap=True)
+        for r in h.get("ranks") or []:
+            where = r.get("collective") or r.get("call") or r["where"]
+            console.print(f"      rank {shown(r['rank'])} on {shown(r['node'])}: {shown(r['role'])}, "
+                          f"{shown(where)} at {shown(r.get('place') or '-')} (state {shown(r['state'] or '?')})",
+                          highlight=False, soft_wrap=True)
+            for frame in (r.get("frames") or [])[:6]:
+                console.print(f"          {shown(frame[:160])}", highlight=False)
     for ad in data["advice"]:
         console.print(f"  advice gen {shown(ad['generation'])}: {shown(ad['operation'])} "
                       f"exclude={shown(ad['exclude_nodes'] or '-')} → {shown(ad['status'])} "

@@ -82,6 +82,11 @@ class LedgerReader:
         overrides = await self.pool.fetch(
             "SELECT id, mode, reason, actor, at FROM operator_overrides WHERE cluster=$1 AND job_id=$2 "
             "ORDER BY at, id", *args)
+        # What the actuator read of the job's ranks on each hang (docs/architecture.md, "Hang evidence").
+        hang_evidence = [{**json.loads(r["body"]), "recorded_at": r["recorded_at"].isoformat()}
+                         for r in await self.pool.fetch(
+                             "SELECT body, recorded_at FROM hang_evidence WHERE cluster=$1 AND job_id=$2 "
+                             "ORDER BY collected_at", *args)]
         by_id = {a["anomaly_id"]: a for a in anomalies}
         advice_out = []
         for a in advice:
@@ -97,6 +102,7 @@ class LedgerReader:
             "advice": advice_out,
             "audit": [_row(r) for r in audit],
             "overrides": [_row(r) for r in overrides],
+            "hang_evidence": hang_evidence,
         }
 
     async def advice(self, cluster: str | None = None, active: bool | None = None, limit: int = 50,

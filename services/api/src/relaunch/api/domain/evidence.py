@@ -82,4 +82,7 @@ def withhold_lines(detail: dict[str, Any], why: str) -> dict[str, Any]:
     if not why:
         return detail
     return {**detail, "anomalies": [_strip(a, why) for a in detail.get("anomalies") or []],
-            "advice": withhold_in_advice(detail.get("advice") or [], why), "evidence_withheld": why}
+            "advice": withhold_in_advice(detail.get("advice") or [], why), "evidence_withheld": why,
+            # the ranks' stack frames are the job's own text too; the verdict and its reason stay
+            "hang_evidence": [{**h, "ranks": [{**r, "frames": []} for r in h.get("ranks") or []]}
+                              for h in detail.get("hang_evidence") or []]}
