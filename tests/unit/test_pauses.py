@@ -157,6 +157,18 @@ def test_the_hot_path_track_agrees_with_the_rules():
     assert again.hang_state() == state
 
 
+def test_the_pauses_learnt_are_the_jobs_and_carry_over_to_its_next_attempt():
+    first = ProgressTrack(0, T0)
+    for step in range(1, 21):
+        first.observe([ProgressPoint(step, None, None, None, "plain")], T0 + step)
+    first.observe([CheckpointMark("finished", 20, None, "megatron", "eval")], T0 + 28)  # 8 s, every 20 steps
+    second = ProgressTrack(1, T0 + 100).carrying(first)
+    assert (second.pause_steps, second.longest_save_s) == ((20,), pytest.approx(8))
+    assert second.progress_at is None and not second.intervals  # its start-up gets the warm-up again
+    assert ProgressTrack(0, T0).carrying(second).pause_steps == ()  # never from a later attempt
+    assert ProgressTrack(1, T0).carrying(None).pause_steps == ()
+
+
 def test_states_stored_before_the_rhythm_read_back_without_one():
     data = new_state(T0).to_dict()
     del data["pause_steps"]

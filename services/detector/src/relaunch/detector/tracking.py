@@ -2,7 +2,7 @@
 per-attempt state in Redis, and a sweeper over the hang deadlines that any replica may run.
 
 Invariants:
-- state belongs to one attempt: a new attempt starts fresh (its start-up gets the warm-up again);
+- state belongs to one attempt: a new one starts fresh, warm-up and all (but the job's pauses: carrying);
 - hang watching is armed only once the job has shown recognisable progress (in this attempt or an
   earlier one): a job that never prints progress cannot be judged silent;
 - one anomaly per attempt and kind (`<cluster>.<job>.<attempt>.<kind>`), whatever replica sees it.
@@ -179,7 +179,7 @@ class ProgressTracker:
                 msg, delivery = items[i]
                 at = msg.at.timestamp()
                 if live is None or live.attempt != attempt:  # a new attempt starts fresh
-                    live = ProgressTrack(attempt, round(at, 3), hang_keep, samples_kept)
+                    live = ProgressTrack(attempt, round(at, 3), hang_keep, samples_kept).carrying(live)
                     lines = None
                 before = live.total
                 if msg.skipped or msg.loss is not None or msg.grad_norm is not None or msg.loss_scale is not None:
@@ -246,7 +246,7 @@ class ProgressTracker:
             return
         info = await self.state.job(self.cluster, job_id)
         if running and info.get("progress_seen"):
-            fresh = ProgressTrack(attempt, seconds(utcnow()))
+            fresh = ProgressTrack(attempt, seconds(utcnow())).carrying(_track_of(current))
             await self.state.save_progress(self.cluster, job_id, fresh.encode(), fresh.deadline(self._hang_policy(info)))
         elif current is not None:
             await self.state.forget_progress(self.cluster, job_id)
@@ -259,7 +259,7 @@ class ProgressTracker:
             return  # lines of an older attempt arriving late
         at_s = seconds(at)
         if live is None or live.attempt != attempt:  # a new attempt starts fresh
-            live = ProgressTrack(attempt, round(at_s, 3), hang_policy.window, policy.samples_kept)
+            live = ProgressTrack(attempt, round(at_s, 3), hang_policy.window, policy.samples_kept).carrying(live)
         live.observe(marks, at_s, hang_policy.window, policy.samples_kept)
         diverged = None
         for mark in marks:

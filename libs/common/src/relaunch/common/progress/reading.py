@@ -77,7 +77,7 @@ def summarize_frames(name: str, frames: Iterable[str]) -> Summary:
         if mark is None:
             continue
         if isinstance(mark, CheckpointMark):
-            summary.checkpoints += 1
+            summary.checkpoints += mark.kind == "save"  # (evaluation lines are pauses too, not saves)
             continue
         summary.formats.setdefault(mark.preset)
         if isinstance(mark, OverflowMark):

@@ -27,7 +27,8 @@ Invariants: a step equal to the last one is a duplicate (many ranks print the sa
 nothing; a step below the last one (restart from a checkpoint, an evaluation bar, a new epoch's
 counter) is a sign of life but teaches no interval, so lagging ranks cannot shrink the timeout. A
 progress point without a step (HF's loss dicts) counts as forward progress. Start a fresh state for
-each attempt of a job: the restarted process's start-up deserves the warm-up allowance again.
+each attempt of a job: the restarted process's start-up deserves the warm-up allowance again (what
+was learnt of the job's pauses carries over: track.ProgressTrack.carrying).
 """
 
 from __future__ import annotations

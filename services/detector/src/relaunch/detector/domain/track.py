@@ -37,25 +37,21 @@ from .clock import seconds
 from .progress import CheckpointMark, OverflowMark, ProgressPoint
 
 FORMAT = 2  # 2: the pause steps (hangs.HangState.pause_steps) follow the scalars; 1 (written before): none
-_HEAD = struct.Struct("<BHH")
-"""format, number of step intervals, number of straggler samples (rates and times alike)."""
+_HEAD = struct.Struct("<BHH")  # format, number of step intervals, of straggler samples (rates and times alike)
 _FRESH_DIVERGENCE = divergence.DivergenceState()
 _STEADY = divergence.DivergenceState(calibrated=True, recent="." * divergence.DivergencePolicy().storm_window)
 """Most jobs' divergence state once they have run a while (the default policy's: calibrated, every recent
 step went through, no loss figures): a track in it holds its last step alone, no state object."""
-_STEADY_RECORD = _STEADY.to_dict()
-"""_STEADY's stored form: a steady track's is this with its last step (`encode`, no state made to store it)."""
-_UNITS: dict[str, tuple[str, str]] = {}
-"""preset -> its samples' units (throughput, step time): stragglers.rate_of's, made once per preset."""
+_STEADY_RECORD = _STEADY.to_dict()  # a steady track's stored form is this with its last step (`encode`)
+_UNITS: dict[str, tuple[str, str]] = {}  # preset -> its samples' units (stragglers.rate_of's), made once
 _CLIENT_UNITS = ("client:throughput", "client:step_time")
-_SWAP = sys.byteorder != "little"
-"""Stored doubles are little-endian whatever the machine: replicas on other hardware read them alike."""
+_SWAP = sys.byteorder != "little"  # stored doubles are little-endian whatever the machine (other replicas)
 
 
 class ProgressTrack:
     __slots__ = ("attempt", "watched_since", "last_step", "high_step", "progress_at", "intervals",
-                 "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save",
-                 "pause_steps", "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step",
+                 "save_started_at", "save_ended_at", "longest_save_s", "gap_has_save", "pause_steps",
+                 "top", "unit", "straggler_high", "rates", "times", "total", "rank_times", "_div", "_div_step",
                  "stored_as")
 
     def __init__(self, attempt: int, watched_since: float, hang_keep: int = 0, straggler_keep: int = 0) -> None:
@@ -92,9 +88,7 @@ class ProgressTrack:
     @property
     def divergence(self) -> divergence.DivergenceState:
         div = self._div
-        if div is not None:
-            return div
-        return divergence.with_last_step(_STEADY, self._div_step)
+        return div if div is not None else divergence.with_last_step(_STEADY, self._div_step)
 
     @divergence.setter
     def divergence(self, state: divergence.DivergenceState) -> None:
@@ -113,6 +107,12 @@ class ProgressTrack:
             return None
         self.divergence = divergence.observe_step(self._div, step)
         return self._div
+
+    def carrying(self, before: ProgressTrack | None) -> ProgressTrack:
+        """This fresh track with what an earlier attempt learnt of the job's pauses (rhythm, longest): the job's."""
+        if before is not None and before.attempt < self.attempt:
+            self.pause_steps, self.longest_save_s = before.pause_steps, before.longest_save_s
+        return self
 
     # -- the frozen values the verdicts read ----------------------------------------------------
     @classmethod
