@@ -53,7 +53,7 @@ def main() -> None:
     rank = dist.get_rank()
     model = DistributedDataParallel(tiny.gpt2())
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4)
-    data = tiny.RandomTokens()
+    data = faults.Loader(tiny.RandomTokens(), 8)
     workers = 2 if faults.KIND == "worker" else 0
     loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data), num_workers=workers)
     it = iter(loader)

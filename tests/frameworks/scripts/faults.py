@@ -5,10 +5,13 @@ kinds: raise (a rank raises), kill (a rank SIGKILLs itself), stuck (a rank stops
 collective, forever), stop (every rank stops making progress: a hang without a collective), node (the
 processes of node FAULT_NODE, its torchrun agent included, are SIGKILLed: a node lost), nan (the
 loss becomes NaN from FAULT_STEP on), worker (a DataLoader worker is killed by a signal), shape (a shape
-error in the model), module (a missing module is imported)."""
+error in the model), module (a missing module is imported), native (a rank stops in a native call, a C
+sleep through ctypes, as in a hung driver call), loader (every rank blocks reading its data: a read on
+a pipe nobody writes, inside the DataLoader's fetch)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -41,6 +44,26 @@ def at_step(step: int) -> None:
     if (KIND == "stuck" and mine) or KIND == "stop":
         while True:
             time.sleep(3600)
+    if KIND == "native" and mine:
+        while True:
+            ctypes.CDLL(None).sleep(3600)
+
+
+class Loader:
+    """A dataset that, with FAULT=loader, blocks every rank in its fetch of step FAULT_STEP's batch."""
+
+    def __init__(self, data, batch: int) -> None:
+        self.data, self.batch, self.fetched = data, batch, 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        self.fetched += 1
+        if KIND == "loader" and self.fetched == (STEP - 1) * self.batch + 1:
+            r, _w = os.pipe()
+            os.read(r, 1)  # nobody writes: blocked, as on a stalled file system or a dead data service
+        return self.data[i]
 
 
 def poisoned(step: int) -> bool:

@@ -35,7 +35,8 @@ _LIBRARY_ROOTS = frozenset({"torch", "lightning", "pytorch_lightning", "transfor
 _INTERPRETER_LIB = re.compile(r"^(?:libpython|python\d|libc\.so|libc-|libpthread|ld-linux|libm\.so)|^0x")
 _C_SOURCE = re.compile(r"\.c(?::\d+)?$")
 """A native frame py-spy named by its C source (the interpreter's own modules, built with debug info)."""
-_DISTRIBUTED = re.compile(r"torch/distributed/|c10d")
+_DISTRIBUTED = re.compile(r"torch/distributed/(?!elastic/|run\.py|launch)|c10d")
+"""A collective's frames; not torchrun's agent and launcher, which live in the same package."""
 _NATIVE_COLLECTIVE = re.compile(r"c10d|gloo|nccl|ProcessGroup|Reducer", re.IGNORECASE)
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
                          "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter",
@@ -47,7 +48,9 @@ _BUILTINS = {"time_sleep": "time.sleep", "pysleep": "time.sleep", "os_read": "os
              "select_epoll_poll": "select.epoll.poll", "sock_recv": "socket.recv", "os_waitpid": "os.waitpid"}
 """Interpreter functions (libpython) and what the user's code called to land in them."""
 MAX_FRAMES = 12
-"""Frames kept per rank (innermost first): the place and what called it; the rest is the job's own."""
+"""Frames kept per rank (innermost first): the innermost NATIVE_KEPT (what it is blocked in), then its
+Python frames (where in the program); the dozens of native frames of a framework between them are not."""
+NATIVE_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ def where(reading: RankReading) -> Where:
     """Where one rank is, from its dump and its /proc samples."""
     thread = main_thread(parse_dump(reading.dump), reading.pid) if reading.dump else None
     frames = thread.frames if thread is not None else ()
-    kept = tuple(frames[:MAX_FRAMES])
+    kept = (tuple(frames[:NATIVE_KEPT]) + tuple(f for f in frames[NATIVE_KEPT:] if not f.native))[:MAX_FRAMES]
     blocked = reading.proc is not None and (reading.proc.state == "D" or reading.proc.blocked_threads > 0)
     python = [f for f in frames if not f.native]
     user = next((f for f in python if not is_library(f.file)), None)
@@ -197,7 +200,9 @@ def where(reading: RankReading) -> Where:
         if not f.native:
             break
         above.append(f)
-    if collective is None and any(_NATIVE_COLLECTIVE.search(f.func + " " + f.file) for f in above):
+    if collective is None and any("Reducer" in f.func for f in above):
+        collective = "all_reduce (DDP gradients)"  # DDP's reducer waits for the gradients' all_reduce in backward
+    elif collective is None and any(_NATIVE_COLLECTIVE.search(f.func + " " + f.file) for f in above):
         collective = "wait"  # a work handle's wait() called from Python: only the native frames say so
     if collective is not None:
         return Where("collective", kept, collective=collective, place=place)

@@ -3,9 +3,12 @@
 node, sample /proc/<pid>/stat twice, dump each one's main-thread stack with py-spy, and print one JSON
 object on stdout. Standard library only: it runs under whatever python3 the node has, not relaunch's.
 
-Which processes are ranks: those whose environment has SLURM_JOB_ID=J and RANK (torchrun, torch's env://)
-or else SLURM_PROCID (srun-launched ranks), whose command line runs Python, and whose parent is not itself
-a rank of the same number (a data loader's workers inherit their rank's environment).
+Which processes are ranks: Python processes whose environment has SLURM_JOB_ID=J and RANK (torchrun,
+torch's env://); only where none on the node has RANK, those with SLURM_PROCID (ranks srun launched
+itself: torchrun's agents have SLURM_PROCID too, and are not ranks). A process whose parent is a rank of
+the same number is not one (a data loader's workers inherit their rank's environment). Only processes of
+this node (SLURMD_NODENAME, where both have it): nodes that share a host, as the test stack's do, see
+each other's processes, and two py-spy --native on one process fail ("Failed to suspend process").
 
 py-spy: `--nonblocking` first (the rank is never paused), then `--native` (pauses it for the ~50 ms the
 unwinding takes; it tells a native call from the user's Python); the native dump is kept when it worked.
@@ -63,8 +66,8 @@ def cmdline(pid):
 
 
 def ranks(job_id):
-    me = os.getpid()
-    found = {}
+    me, here = os.getpid(), os.environ.get("SLURMD_NODENAME")
+    candidates = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
@@ -72,10 +75,15 @@ def ranks(job_id):
         env = environ(pid)
         if not env or env.get("SLURM_JOB_ID") != job_id or "python" not in cmdline(pid).split(" ")[0]:
             continue
-        rank = env.get("RANK", env.get("SLURM_PROCID"))
-        if rank is None or not rank.isdigit():
+        if here and env.get("SLURMD_NODENAME", here) != here:
             continue
-        found[pid] = (int(rank), env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "")))
+        candidates[pid] = env
+    key = "RANK" if any("RANK" in env for env in candidates.values()) else "SLURM_PROCID"
+    found = {}
+    for pid, env in candidates.items():
+        rank = env.get(key, "")
+        if rank.isdigit():
+            found[pid] = (int(rank), env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "")))
     # a data loader's workers (and any child) carry their rank's environment: keep the eldest
     return {pid: r for pid, r in found.items() if found.get(parent(stat(pid)), (None,))[0] != r[0]}
 
@@ -111,7 +119,8 @@ def dump(pyspy, pid, *mode):
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"py-spy {' '.join(mode)}: {type(exc).__name__}: {exc}"[:300]
     if out.returncode != 0:
-        return None, f"py-spy {' '.join(mode)}: {(out.stderr or out.stdout).strip()[:300]}"
+        said = " ".join((out.stderr or out.stdout).split())
+        return None, f"py-spy {' '.join(mode)}: {said[:300]}"
     return main_thread_only(out.stdout, pid), ""
 
 
