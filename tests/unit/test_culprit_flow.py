@@ -23,6 +23,19 @@ NODE_FAILURE = ("slurmstepd-node3: error: *** STEP 2.0 ON node3 CANCELLED AT 202
                 "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***")
 
 
+class _State(HotStateInMemory):
+    """What Detector._on_job asks of HotState besides (adapters/hotstate.py)."""
+
+    async def job_unless_anomaly(self, cluster, job_id, attempt):
+        return await self.job(cluster, job_id), await self.has_anomaly(cluster, job_id, attempt)
+
+    async def candidate(self, cluster, job_id, attempt):
+        return self.candidates.get((cluster, job_id, attempt))
+
+    async def untrack(self, cluster, job_id):
+        pass
+
+
 class _Follower:
     log_roots = ()
 
@@ -40,7 +53,7 @@ def observed(**fields) -> JobObserved:
 
 
 async def detected(line: str, obs: JobObserved) -> AnomalyDetected:
-    state = HotStateInMemory()
+    state = _State()
     published = Published(state)
     tracker = ProgressTracker(None, state, "c", hangs.HangPolicy(), stragglers.StragglerPolicy(), anomalies=published)
     detector = Detector(None, state, _Follower(), builtin_catalogue(), grace_s=0, tracker=tracker, anomalies=published)
@@ -82,6 +95,8 @@ async def test_a_node_failure_blames_the_node_slurm_shows_down_never_the_survivo
     # Slurm not (yet) saying which node is down: none is blamed, node3 least of all.
     anomaly = await detected(NODE_FAILURE, observed())
     assert excluded(anomaly) == []
+    # The node the line names survived, whatever else says it is down (a survivor is never blamed for it).
+    assert excluded(await detected(NODE_FAILURE, observed(nodes_down=["node3"]))) == []
     # Every node down: nothing says which failed.
     assert excluded(await detected(NODE_FAILURE, observed(nodes_down=["node3", "node4"]))) == []
 
@@ -92,3 +107,23 @@ def test_the_schedulers_node_fail_names_the_down_node():
     assert excluded(anomaly) == ["node4"]
     anomaly = crash_from_scheduler(observed(state="NODE_FAIL", exit_code=0), T0)
     assert anomaly.nodes == ["node3", "node4"] and excluded(anomaly) == []
+
+
+async def test_a_crash_read_before_the_jobs_nodes_are_known_waits_for_their_node_addrs():
+    """The line comes in the attempt's first second, before the observation that names the job's nodes:
+    the crash is held, then published with the peer's node once that observation comes."""
+    state = _State()
+    published = Published(state)
+    tracker = ProgressTracker(None, state, "c", hangs.HangPolicy(), stragglers.StragglerPolicy(), anomalies=published)
+    detector = Detector(None, state, _Follower(), builtin_catalogue(), grace_s=0, tracker=tracker, anomalies=published)
+    await detector.on_job(observed(state="PENDING", nodes=[]), None)
+    await detector.on_log(LogBatch(cluster="c", job_id="2", attempt=0, path="/jobs/2.out", offset=0, lines=[IB],
+                                   read_at=T0 + dt.timedelta(seconds=5)), None)
+    assert published.anomalies == []
+    await detector.on_job(observed(node_addrs={"node3": "10.0.0.3", "node4": "10.0.0.4"},
+                                   observed_at=T0 + dt.timedelta(seconds=6)), None)
+    (anomaly,) = published.anomalies
+    assert anomaly.nodes == ["node4"] and anomaly.category == "nccl_network_error"
+    assert excluded(anomaly) == ["node4"]
+    await detector.on_job(observed(state="FAILED", exit_code=1, observed_at=T0 + dt.timedelta(seconds=7)), None)
+    assert len(published.anomalies) == 1  # the held crash explained the failure: no scheduler fallback

@@ -19,8 +19,8 @@ from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 from .adapters.follower import Follower
 from .adapters.hotstate import HotState, nodes_field, parse_nodes
 from .adapters.logfiles import Access, readable_size, unreadable_reason
-from .domain.detection import (classify_batch, crash_anomaly, crash_from_scheduler, node_addrs_field, parse_node_addrs,
-                               scheduler_state)
+from .domain.detection import (classify_batch, crash_anomaly, crash_from_scheduler, held_field, mapped_held,
+                               node_addrs_field, parse_node_addrs, scheduler_state)
 from .anomalies import AnomalyPublisher
 from .tracking import ProgressTracker, high_step_in
 
@@ -69,6 +69,13 @@ class Detector:
             return
         if (step := high_step_in(progress, batch.attempt)) is not None:
             anomaly = anomaly.model_copy(update={"last_step": step})
+        if found.addresses and not parse_nodes(info.get("nodes")):
+            # The lines blame an address, and the observation that names the job's nodes and their NodeAddr
+            # has not come yet (a failure in the attempt's first second): held until it does (_on_job).
+            if not info.get("unmapped"):
+                await self.state.track(batch.cluster, batch.job_id,
+                                       {"unmapped": held_field(anomaly, found, batch.read_at)})
+            return
         await self.anomalies.publish(anomaly, batch.read_at)
 
     async def _on_job(self, obs: JobObserved) -> None:
@@ -115,6 +122,8 @@ class Detector:
         finished = failed or obs.state in ("COMPLETED", "CANCELLED")
         await self.state.track(c, job, fields, forget_progress=finished)
         self.follower.refresh(job)
+        if info.get("unmapped") and (obs.nodes or finished):
+            await self._publish_held(obs, info["unmapped"])
         if not finished:
             await self.tracker.on_attempt(job, obs.restarts, running=obs.state == "RUNNING", finished=False)
 
@@ -138,6 +147,14 @@ class Detector:
         elif obs.state in ("COMPLETED", "CANCELLED"):
             await self.follower.read_job(job)
             await self.state.untrack(c, job)
+
+    async def _publish_held(self, obs: JobObserved, held: str) -> None:
+        """A crash held for its addresses' nodes: its culprits mapped with this observation's NodeAddr (for
+        its own attempt), published unless the attempt has its anomaly by now."""
+        await self.state.track(obs.cluster, obs.job_id, {"unmapped": ""})
+        anomaly, evidence_at = mapped_held(held, obs)
+        if anomaly is not None and not await self.state.has_anomaly(obs.cluster, obs.job_id, anomaly.attempt):
+            await self.anomalies.publish(anomaly, evidence_at)
 
     async def _publish(self, anomaly: AnomalyDetected, evidence_at: dt.datetime) -> None:
         if anomaly.last_step is None:

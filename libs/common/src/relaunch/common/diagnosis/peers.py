@@ -94,7 +94,8 @@ def node_of(address: str, node_addrs: Mapping[str, str]) -> str | None:
     if len(owners) != 1 and not is_address(wanted):
         # A host name that is a NodeAddr's short form (NodeAddr=node4.ib.cluster, NCCL printing node4.ib).
         short = wanted.split(".", 1)[0]
-        owners = [node for node, addr in node_addrs.items() if not is_address(addr) and addr.lower().split(".", 1)[0] == short]
+        owners = [node for node, addr in node_addrs.items()
+                  if not is_address(addr) and addr.lower().split(".", 1)[0] == short]
     return owners[0] if len(owners) == 1 else None
 
 

@@ -73,6 +73,7 @@ _NCCL_PREFIX = re.compile(r"^(?:\[[^\]\n]{1,20}\]:? ?)?(?:\d{1,5}: )?"
 _SURVIVOR = re.compile(r"\bCANCELLED AT [^*\n]{0,80}DUE TO NODE FAIL")
 """Slurm's step or job cancelled for a node failure: the host it names ("ON node3") is one that survived
 (src/slurmd/slurmstepd/req.c prints it where slurmctld's kill request arrived)."""
+_SURVIVOR_HOST = re.compile(r"\bON (?P<host>[A-Za-z0-9][\w.-]{0,62}) CANCELLED AT [^*\n]{0,80}DUE TO NODE FAIL")
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,13 @@ def attribute(anomaly: AnomalyDetected, job_nodes: list[str], events: list[NodeE
 
 def _slurm_down(anomaly: AnomalyDetected, members: set[str]) -> bool:
     """A log anomaly of survivors' node-failure lines only, whose nodes the detector narrowed to some of the
-    job's that Slurm shows down: Slurm's word on which node failed, not the job's text."""
-    return (anomaly.source == "log" and bool(anomaly.evidence) and 0 < len(set(anomaly.nodes) & members) < len(members)
-            and all(_SURVIVOR.search(e.text) for e in anomaly.evidence))
+    job's that Slurm shows down: Slurm's word on which node failed, not the job's text. A node such a line
+    names ("ON node3") survived, so nodes that include one are not that (an old detector's locator)."""
+    if anomaly.source != "log" or not anomaly.evidence or not all(_SURVIVOR.search(e.text) for e in anomaly.evidence):
+        return False
+    named = set(anomaly.nodes) & members
+    survivors = {_short(m["host"]) for e in anomaly.evidence for m in _SURVIVOR_HOST.finditer(e.text)}
+    return 0 < len(named) < len(members) and not named & survivors
 
 
 def _named(anomaly: AnomalyDetected, members: set[str]) -> tuple[list[str], list[str]]:

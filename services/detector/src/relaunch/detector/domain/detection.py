@@ -100,6 +100,29 @@ def _down_said(down: list[str]) -> str:
     return f"Slurm shows {', '.join(down)} down (DOWN, FAIL or NOT_RESPONDING): the failed node"
 
 
+def held_field(anomaly: AnomalyDetected, found: Classification, evidence_at: dt.datetime) -> str:
+    """A crash whose lines blame addresses, kept in the job's hash ("unmapped") until the observation that
+    names the job's nodes and their NodeAddr comes: what mapped_held needs to name its culprits then."""
+    return json.dumps({"anomaly": anomaly.model_dump(mode="json", by_alias=True), "names": list(found.nodes),
+                       "addresses": list(found.addresses), "at": evidence_at.isoformat()})
+
+
+def mapped_held(held: str, observed: JobObserved) -> tuple[AnomalyDetected | None, dt.datetime]:
+    """The held crash with its culprits among the observed nodes (mapped with the observation's NodeAddr
+    when it is of the crash's attempt; else as they were), and when its evidence was complete. None (and
+    the time) when the field cannot be read."""
+    try:
+        data = json.loads(held)
+        anomaly = AnomalyDetected.model_validate(data["anomaly"])
+        at = dt.datetime.fromisoformat(data["at"])
+    except (ValueError, KeyError, TypeError):
+        return None, observed.observed_at
+    if anomaly.attempt != observed.restarts or not observed.nodes:
+        return anomaly, at
+    culprits = tuple(nodes_named(data.get("names") or [], data.get("addresses") or [], observed.node_addrs))
+    return anomaly.model_copy(update={"nodes": _implicated(culprits, list(observed.nodes))}), at
+
+
 def node_addrs_field(node_addrs: dict[str, str]) -> str:
     """JobObserved.node_addrs as the job's hash keeps it (field "addrs")."""
     return json.dumps(node_addrs, sort_keys=True)
