@@ -169,6 +169,28 @@ def test_the_pauses_learnt_are_the_jobs_and_carry_over_to_its_next_attempt():
     assert ProgressTrack(1, T0).carrying(None).pause_steps == ()
 
 
+def test_rates_printed_just_after_a_pause_are_no_straggler_samples():
+    """HF's bar after a 90 s evaluation reads `8.07s/it` for a job of 60 it/s: tqdm's rate is an average
+    that decays a redraw at a time (seen in the frameworks tier, where it made a straggler)."""
+    from relaunch.detector.domain import stragglers
+    from relaunch.detector.tracking import _advance
+
+    def bar(step: int, rate: float) -> ProgressPoint:
+        return ProgressPoint(step, rate, 1 / rate, None, "hf_trainer")
+
+    track, frozen, t = ProgressTrack(0, T0), None, T0
+    marks = [[bar(s, 60.0)] for s in range(1, 41)] + [[CheckpointMark("started", None, None, "hf_trainer", "eval")],
+             [CheckpointMark("finished", None, None, "hf_trainer", "eval")]]
+    marks += [[bar(s, 0.2)] for s in range(41, 41 + hangs.SHADOW_STEPS)] + [[bar(s, 60.0)] for s in range(66, 80)]
+    for batch in marks:
+        t += 90.0 if isinstance(batch[0], CheckpointMark) else 0.5
+        track.observe(batch, t)
+        hang, strag = _advance(frozen and (0, *frozen), 0, batch, t)
+        frozen = (hang, strag)
+    assert track.straggler_state() == frozen[1] and min(track.rates) == 60.0
+    assert stragglers.verdict(track.straggler_state(), stragglers.StragglerPolicy()) is None
+
+
 def test_states_stored_before_the_rhythm_read_back_without_one():
     data = new_state(T0).to_dict()
     del data["pause_steps"]

@@ -448,7 +448,8 @@ def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | N
                 # The training loop is over (step N of N): the final save, evaluation and teardown that
                 # follow have no step rhythm, so they get the checkpoint-save allowance, not the step timeout.
                 hang = hangs.observe_checkpoint(hang, "started", at)
-            points.append(mark)
+            if not hangs.in_pause_shadow(hang.pause_steps, mark.step):  # (a rate that says the pause)
+                points.append(mark)
     return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
 
 

@@ -45,6 +45,8 @@ MAX_WINDOW = 256
 """The state keeps at most this many intervals whatever the policy: it lives in Redis."""
 MAX_PAUSE_STEPS = 8
 """The steps after which the latest pauses ended (the job's rhythm) that a state keeps."""
+SHADOW_STEPS = 25
+"""Steps after a pause whose printed rates are no straggler samples (in_pause_shadow)."""
 
 
 @dataclass(frozen=True)
@@ -247,10 +249,17 @@ def pause_length(state: HangState, now: float) -> float:
 
 
 def with_pause_step(steps: tuple[int, ...], step: int | None) -> tuple[int, ...]:
-    """`steps` with the step after which a pause ended (none after step 0 or 1: start-up)."""
-    if step is None or step <= 1 or step in steps:
+    """`steps` with the step after which a pause ended, last (none after step 0 or 1: start-up)."""
+    if step is None or step <= 1 or (steps and steps[-1] == step):
         return steps
-    return (steps + (step,))[-MAX_PAUSE_STEPS:]
+    return (tuple(s for s in steps if s != step) + (step,))[-MAX_PAUSE_STEPS:]
+
+
+def in_pause_shadow(steps: tuple[int, ...], step: int | None) -> bool:
+    """Whether a rate printed at `step` still says the latest pause more than the job's pace: a progress
+    bar's rate is an average (tqdm's decays by 0.7 a redraw), so for about SHADOW_STEPS steps after a
+    90 s evaluation it reads a fraction of the job's pace. Such samples are not the straggler watch's."""
+    return bool(steps) and step is not None and steps[-1] < step <= steps[-1] + SHADOW_STEPS
 
 
 def rhythm(steps: tuple[int, ...]) -> int | None:

@@ -146,8 +146,7 @@ class ProgressTrack:
     # -- advancing (tracking._advance's rules, in place) -----------------------------------------
     def observe(self, marks: Iterable, at: float, hang_keep: int = hangs.MAX_WINDOW,
                 straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
-        """Marks (progress points, overflow and checkpoint marks) seen together at `at`, rounded to the
-        millisecond as tracking stores every time."""
+        """Marks seen together at `at` (rounded to the millisecond, as tracking stores every time)."""
         at = round(seconds(at), 3)
         points = []
         for mark in marks:
@@ -159,7 +158,8 @@ class ProgressTrack:
                 self._progress(mark.step, at, hang_keep, mark.step_time_s)
                 if mark.total and mark.step is not None and mark.step >= mark.total:
                     self._checkpoint("started", at)  # the loop is over: see tracking._advance
-                points.append(mark)
+                if not self.pause_steps or not hangs.in_pause_shadow(self.pause_steps, mark.step):
+                    points.append(mark)
         if points:
             self._samples(points, at, straggler_keep)
 
@@ -173,17 +173,18 @@ class ProgressTrack:
         self._progress(point.step, at, hang_keep, point.step_time_s)
         if point.total and point.step is not None and point.step >= point.total:
             self._checkpoint("started", at)
-        if self._sample(point, at):
+        pauses = self.pause_steps
+        if (not pauses or not hangs.in_pause_shadow(pauses, point.step)) and self._sample(point, at):
             self._trim_samples(straggler_keep)
 
     def observe_report(self, step: int | None, throughput: float | None, step_time_s: float | None,
                        rank: int | None, at: float, hang_keep: int = hangs.MAX_WINDOW,
                        straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
-        """observe_point for a relaunch.client report that is a progress point (not a skipped step), from
-        its fields, without making the point (tracking makes one only for reports with loss figures)."""
+        """observe_point for a relaunch.client report that is a progress point, from its fields (no point made)."""
         at = round(at, 3)
         self._progress(step, at, hang_keep, step_time_s)
-        if self._sample_of(step, throughput, step_time_s, rank, _CLIENT_UNITS, at):
+        if (not self.pause_steps or not hangs.in_pause_shadow(self.pause_steps, step)) \
+                and self._sample_of(step, throughput, step_time_s, rank, _CLIENT_UNITS, at):
             self._trim_samples(straggler_keep)
 
     def _progress(self, step: int | None, now: float, keep: int, printed_s: float | None) -> None:
@@ -235,8 +236,7 @@ class ProgressTrack:
         self.pause_steps = hangs.with_pause_step(self.pause_steps, self.high_step)
         self.save_started_at, self.save_ended_at, self.gap_has_save = None, now, True
 
-    def _samples(self, points: Iterable[ProgressPoint], now: float, keep: int) -> None:
-        """stragglers.observe_points."""
+    def _samples(self, points: Iterable[ProgressPoint], now: float, keep: int) -> None:  # stragglers.observe_points
         if any([self._sample(point, now) for point in points]):  # (a list: every point is sampled)
             self._trim_samples(keep)
 
