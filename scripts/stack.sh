@@ -168,6 +168,33 @@ pg_dir() {
   echo "$dir" > "$RUN/pgdir"; echo "$dir"
 }
 
+# Custom consumers of EVENTS or ADVICE (docs/custom-consumer.md): the stack's declaration, a JSON list in
+# $RUN/custom-consumers.json (RELAUNCH_CUSTOM_CONSUMERS replaces it). NATS gets a user for each, with
+# rights on its own durable only (relaunch.common.natsauth), the admin creates that durable, and
+# $RUN/consumers/<name>.env says how to connect as it. By default one example: the page's webhook consumer.
+EXAMPLE_CONSUMERS='[{"name": "advice-webhook", "stream": "ADVICE", "filterSubjects": ["relaunch.advice.>"], "durable": "advice-webhook", "ack": true}]'
+custom_consumers() {  # the declaration (JSON), saved in the run folder at the first start
+  if [ -n "${RELAUNCH_CUSTOM_CONSUMERS:-}" ]; then echo "$RELAUNCH_CUSTOM_CONSUMERS" > "$RUN/custom-consumers.json"
+  elif [ ! -s "$RUN/custom-consumers.json" ]; then echo "$EXAMPLE_CONSUMERS" > "$RUN/custom-consumers.json"; fi
+  cat "$RUN/custom-consumers.json"
+}
+
+write_consumer_envs() {  # $RUN/consumers/<name>.env: one per declared custom consumer
+  local name
+  rm -rf "$RUN/consumers"; mkdir -p "$RUN/consumers"
+  for name in $(RELAUNCH_CUSTOM_CONSUMERS=$(custom_consumers) "$PY" -c \
+      'from relaunch.common.settings import CommonSettings; print(*(c.name for c in CommonSettings().custom_consumers))'); do
+    cat > "$RUN/consumers/$name.env" <<ENV
+# Custom consumer $name ($RUN/custom-consumers.json; docs/custom-consumer.md): source this file, then run it.
+export RELAUNCH_NATS_URL=$(nats_urls)
+export RELAUNCH_CLUSTER=$CLUSTER
+export RELAUNCH_NATS_USER=$name
+export RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/$name.pass
+export PATH=$REPO/.venv/bin:\$PATH
+ENV
+  done
+}
+
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
@@ -191,6 +218,8 @@ export RELAUNCH_NATS_PASSWORD_FILE=$RUN/creds/cli.pass
 export RELAUNCH_INJECT_NATS_PASSWORD_FILE=$RUN/creds/operator.pass
 export RELAUNCH_SLURM=${SLURM_RELEASE:-host}
 export RELAUNCH_SLURM_API=$SLURM_API
+# Custom consumers (declared in $RUN/custom-consumers.json): each has its own NATS user; connect as it
+# with: source $RUN/consumers/<name>.env (docs/custom-consumer.md).
 ENV
   if [ "$SLURM_API" = rest ]; then cat >> "$RUN/env" <<ENV
 # slurmrestd of this stack (docs/slurm-versions.md, "Through slurmrestd"); the token is in the file only.
@@ -212,7 +241,7 @@ write_nats_conf() {
   mkdir -p "$RUN/nats"
   echo "$NATS_SERVERS" > "$RUN/nats/servers"
   (umask 077
-   "$PY" -m relaunch.common.natsauth config --creds "$RUN/creds" --cluster "$CLUSTER" \
+   RELAUNCH_CUSTOM_CONSUMERS=$(custom_consumers) "$PY" -m relaunch.common.natsauth config --creds "$RUN/creds" --cluster "$CLUSTER" \
      --nodes "$(IFS=,; echo "${NODES[*]}")" > "$RUN/nats/auth.conf"
    if [ "$NATS_SERVERS" = 1 ]; then
      cat > "$RUN/nats/nats.conf" <<CONF
@@ -279,7 +308,7 @@ start_nats() {
   write_nats_conf
   for i in $(nats_ids); do start_nats_server "$i"; done
   for i in $(nats_ids); do wait_for "NATS server $i" 60 nats_healthy "$i"; done
-  nats_admin "$PY" -m relaunch.common.natsauth setup >>"$RUN/log/nats-setup.log" 2>&1 \
+  RELAUNCH_CUSTOM_CONSUMERS=$(custom_consumers) nats_admin "$PY" -m relaunch.common.natsauth setup >>"$RUN/log/nats-setup.log" 2>&1 \
     || die "creating the NATS streams failed: see $RUN/log/nats-setup.log"
 }
 
@@ -706,6 +735,7 @@ infra_up() {
   [ -s "$RUN/api-token" ] || { (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$RUN/api-token"); }
   use_topology
   write_env
+  write_consumer_envs
   use_release
   start_mariadb; start_nats; start_redis; start_postgres; start_slurm
   local from="the host's packages"; [ -n "$SLURM_RELEASE" ] && from="the release root of $SLURM_RELEASE"

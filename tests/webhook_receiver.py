@@ -25,6 +25,9 @@ class Receiver:
         """Each taken post: {"key", "body", "at", "authorization"}."""
         self.refused = 0
         self.fail_with: int | None = None
+        self.on_post = None
+        """Called with each taken post's body after it is recorded and before it is answered (a test
+        stopping the sender there: the receiver answered, the sender never saw it)."""
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -48,6 +51,8 @@ class Receiver:
                 with receiver.lock:
                     receiver.posts.append({"key": self.headers.get("Idempotency-Key"), "body": json.loads(raw),
                                            "at": time.time(), "authorization": self.headers.get("Authorization")})
+                if receiver.on_post is not None:
+                    receiver.on_post(json.loads(raw))
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()

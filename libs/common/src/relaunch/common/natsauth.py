@@ -10,7 +10,10 @@ produces and to use only its own durable consumers. The rules that matter:
   operator overrides;
 - the notifier reads its own durables on EVENTS and DLQ and publishes nothing but its dead letters;
 - every user gets a private reply inbox (`_INBOX_<user>.>`): nobody can read another user's replies
-  (JetStream API answers, publish acks, pulled messages all arrive on the requester's inbox).
+  (JetStream API answers, publish acks, pulled messages all arrive on the requester's inbox);
+- a custom consumer (relaunch.common.custom_consumers, declared in RELAUNCH_CUSTOM_CONSUMERS) reads its
+  own durable on EVENTS or ADVICE (info, pull, ack if declared so) and nothing else; the admin creates
+  that durable at setup, so its user never creates or changes a consumer and publishes no relaunch subject.
 Streams are created by the `admin` user (`python -m relaunch.common.natsauth setup`, run by
 `scripts/stack.sh` and by the deployments' setup job), so no service may create or change a stream;
 the actuator alone creates its two KV buckets (lease and hold registry), which are its own state.
@@ -30,6 +33,7 @@ import sys
 from pathlib import Path
 
 from . import consumers, subjects
+from .custom_consumers import CustomConsumer, check_unique
 from .subjects import ConsumerSpec
 
 ADMIN = "admin"
@@ -72,6 +76,21 @@ def _durable(spec: ConsumerSpec) -> list[str]:
             f"{API}.CONSUMER.MSG.NEXT.{s}.{d}", f"$JS.ACK.{s}.{d}.>"]
 
 
+def custom_permissions(consumer: CustomConsumer) -> dict:
+    """A custom consumer's user: bind (info) and pull its own durable, ack on it when declared so, and
+    its own reply inbox (where the pulled messages and the API's answers arrive)."""
+    s, d = consumer.stream, consumer.durable
+    publish = [f"{API}.CONSUMER.INFO.{s}.{d}", f"{API}.CONSUMER.MSG.NEXT.{s}.{d}"]
+    if consumer.ack:
+        publish.append(f"$JS.ACK.{s}.{d}.>")
+    return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix(consumer.name)}.>"]}}
+
+
+def check_custom(custom: tuple[CustomConsumer, ...]) -> None:
+    """ValueError when a declaration takes a user or a durable of relaunch's own, or repeats one."""
+    check_unique(custom, {ADMIN, CLI, OPERATOR, *SERVICES, SHARED_PROBE}, {c.spec.durable for c in consumers.ALL})
+
+
 def _kv(bucket: str, *, create: bool) -> list[str]:
     """Read, write, list (an ordered consumer) and, when `create`, create one KV bucket."""
     stream = f"KV_{bucket}"
@@ -96,8 +115,10 @@ def _service(user: str, publish: list[str], subscribe: list[str] = (), consumers
     return perms
 
 
-def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> dict[str, dict]:
+def permissions(cluster: str, nodes: list[str], shared_probe: bool = False,
+                custom: tuple[CustomConsumer, ...] = ()) -> dict[str, dict]:
     """user -> NATS permissions (publish/subscribe allow lists); deny is implicit for everything else."""
+    check_custom(custom)
     p = subjects.PREFIX
     audit = f"{p}.event.audit.>"
     events = subjects.EVENTS.name
@@ -159,18 +180,23 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False) -> d
             "subscribe": {"allow": [consumers.PROBE_INJECT.subject_for(cluster=cluster, node="*"),
                                     f"{inbox_prefix(SHARED_PROBE)}.>"]},
             "allow_responses": True}
+    for consumer in custom:
+        users[consumer.name] = custom_permissions(consumer)
     return users
 
 
-def all_users(nodes: list[str], shared_probe: bool = False) -> list[str]:
+def all_users(nodes: list[str], shared_probe: bool = False, custom: tuple[CustomConsumer, ...] = ()) -> list[str]:
     return [ADMIN, CLI, OPERATOR, *SERVICES, *(probe_user(n) for n in nodes),
-            *([SHARED_PROBE] if shared_probe else [])]
+            *([SHARED_PROBE] if shared_probe else []), *(c.name for c in custom)]
 
 
-def authorization_config(cluster: str, nodes: list[str], passwords: dict[str, str], shared_probe: bool = False) -> str:
-    """The `authorization { users = [...] }` block of a nats-server config (JSON values are valid there)."""
-    perms = permissions(cluster, nodes, shared_probe)
-    users = [{"user": u, "password": passwords[u], "permissions": perms[u]} for u in all_users(nodes, shared_probe)]
+def authorization_config(cluster: str, nodes: list[str], passwords: dict[str, str], shared_probe: bool = False,
+                         custom: tuple[CustomConsumer, ...] = (), only: list[str] | None = None) -> str:
+    """The `authorization { users = [...] }` block of a nats-server config (JSON values are valid there);
+    `only`: just those users' entries (what to add to a server that has relaunch's users already)."""
+    perms = permissions(cluster, nodes, shared_probe, custom)
+    names = [u for u in all_users(nodes, shared_probe, custom) if only is None or u in only]
+    users = [{"user": u, "password": passwords[u], "permissions": perms[u]} for u in names]
     return "authorization {\n  users = " + json.dumps(users, indent=2) + "\n}\n"
 
 
@@ -199,12 +225,21 @@ def read_password(path: str | os.PathLike) -> str:
 
 
 async def setup_streams() -> None:
-    """Create or update every stream as the admin user (credentials from RELAUNCH_NATS_* settings)."""
+    """Create or update every stream, and every declared custom consumer's durable, as the admin user
+    (credentials and RELAUNCH_CUSTOM_CONSUMERS from the RELAUNCH_* settings)."""
     from .connection import Bus
     from .settings import CommonSettings
 
-    bus = await Bus.connect(CommonSettings().nats_url, ADMIN, wait_s=30)
-    await bus.close()
+    settings = CommonSettings()
+    check_custom(settings.custom_consumers)
+    bus = await Bus.connect(settings.nats_url, ADMIN, wait_s=30)
+    try:
+        for consumer in settings.custom_consumers:
+            # Creating it again with the same configuration is harmless; a changed filter, ack_wait or
+            # max_deliver updates it; a changed `deliver` is refused by the server (remove the durable first).
+            await bus.js.add_consumer(consumer.stream, consumer.consumer_config())
+    finally:
+        await bus.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,12 +251,20 @@ def main(argv: list[str] | None = None) -> int:
     config.add_argument("--nodes", default="", help="comma-separated node names (one gpu-probe user each)")
     config.add_argument("--shared-probe-user", action="store_true",
                         help=f"add the user {SHARED_PROBE!r} for every node's probe (a DaemonSet sharing one Secret)")
-    sub.add_parser("setup", help="create or update the streams as admin (RELAUNCH_NATS_* settings)")
+    config.add_argument("--only", default="", help="comma-separated users: print only their entries (e.g. a custom "
+                        "consumer's, to add to a NATS that has relaunch's users already)")
+    sub.add_parser("setup", help="create or update the streams and the custom consumers' durables as admin "
+                   "(RELAUNCH_NATS_* and RELAUNCH_CUSTOM_CONSUMERS settings)")
     args = parser.parse_args(argv)
     if args.command == "config":
+        from .settings import CommonSettings
+
         nodes = [n for n in args.nodes.split(",") if n]
-        passwords = write_passwords(args.creds, all_users(nodes, args.shared_probe_user))
-        sys.stdout.write(authorization_config(args.cluster, nodes, passwords, args.shared_probe_user))
+        custom = CommonSettings().custom_consumers  # RELAUNCH_CUSTOM_CONSUMERS
+        check_custom(custom)
+        passwords = write_passwords(args.creds, all_users(nodes, args.shared_probe_user, custom))
+        only = [u for u in args.only.split(",") if u] or None
+        sys.stdout.write(authorization_config(args.cluster, nodes, passwords, args.shared_probe_user, custom, only))
     else:
         asyncio.run(setup_streams())
     return 0

@@ -10,6 +10,8 @@ from typing import ClassVar, Literal, TypeVar
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .custom_consumers import CustomConsumer
+
 
 class CommonSettings(BaseSettings):
     """Read from RELAUNCH_* environment variables (what `make up` writes to .run/env)."""
@@ -51,6 +53,10 @@ class CommonSettings(BaseSettings):
     """Client certificate (PEM) for a NATS server that verifies clients (mutual TLS); needs nats_tls_key."""
     nats_tls_key: str = ""
     """Private key (PEM) of nats_tls_cert."""
+    custom_consumers: tuple[CustomConsumer, ...] = ()
+    """Custom consumers of EVENTS or ADVICE, a JSON list (docs/custom-consumer.md): for each, the NATS
+    setup makes a user with rights on its own durable only, and creates that durable. Read by
+    `python -m relaunch.common.natsauth config|setup`; the services ignore it."""
     health_host: str = "127.0.0.1"
     """Address the /healthz and /metrics endpoint of every service listens on. Loopback by default;
     0.0.0.0 in a pod or container so that probes and Prometheus reach it over the network."""
