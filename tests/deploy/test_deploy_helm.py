@@ -84,6 +84,13 @@ VALUE_SETS: dict[str, dict] = {
     "slinky-tls": {"actuator": {"slurm": {"api": "rest", "conf": SLURM_CONF, "rest": {
         "url": "https://slurm-restapi.slurm:6820", "tokenSecret": "slurm-token-relaunch", "tokenSecretKey": "auth-token",
         "caSecret": "slurm-restapi-ca", "userName": "relaunch"}}}},
+    # Custom consumers declared once (docs/custom-consumer.md): with NATS users, and on a NATS without users.
+    "custom-consumers": {"natsAuth": {"existingSecret": "relaunch-nats-users"}, "customConsumers": [
+        {"name": "advice-webhook", "stream": "ADVICE", "filterSubjects": ["relaunch.advice.>"]},
+        {"name": "restarts-db", "stream": "EVENTS", "filterSubjects": ["relaunch.event.reconcile.>"],
+         "durable": "restarts", "ack": False, "ackWaitS": 60, "maxDeliver": 5, "deliver": "all"}]},
+    "custom-consumers-no-users": {"customConsumers": [
+        {"name": "advice-webhook", "stream": "ADVICE", "filterSubjects": ["relaunch.advice.>"]}]},
     "nats-users-tls": {"natsAuth": {"existingSecret": "relaunch-nats-users"},
                        "natsTls": {"existingSecret": "relaunch-nats-tls", "clientCert": True},
                        "watchdog": {"enabled": True, "command": ["python", "-m", "relaunch.actuator.watchdog"]}},
@@ -507,3 +514,32 @@ def test_the_notifier_gets_its_routes_file_and_its_webhook_secrets(rendered):
     assert config["data"]["routes.toml"].strip() == NOTIFIER_ROUTES.strip()
     (spec,) = [spec for name, spec in pod_specs(rendered["defaults"]) if name.endswith("-notifier")]
     assert {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}["RELAUNCH_NOTIFIER_ROUTES_FILE"] == ""
+
+
+@pytest.mark.parametrize("value_set", ["custom-consumers", "custom-consumers-no-users"])
+def test_custom_consumers_declared_in_the_values_reach_the_setup_job_as_one_declaration(rendered, value_set,
+                                                                                      monkeypatch):
+    from relaunch.common.custom_consumers import CustomConsumer
+    from relaunch.common.settings import CommonSettings
+
+    job = one(rendered[value_set], "Job", "relaunch-nats-setup")
+    env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    monkeypatch.setenv("RELAUNCH_CUSTOM_CONSUMERS", env["RELAUNCH_CUSTOM_CONSUMERS"]["value"])
+    declared = CommonSettings().custom_consumers  # as natsauth setup reads it in the Job
+    assert declared == tuple(CustomConsumer.model_validate(v) for v in VALUE_SETS[value_set]["customConsumers"])
+    assert ("RELAUNCH_NATS_USER" in env) == (value_set == "custom-consumers")
+
+
+def test_without_custom_consumers_nor_users_there_is_no_setup_job(rendered):
+    assert not find(rendered["defaults"], "Job")
+    assert "RELAUNCH_CUSTOM_CONSUMERS" not in {
+        n for _, spec in pod_specs(rendered["nats-users-tls"]) for c in spec["containers"] for n in env_of(c)}
+
+
+def test_the_notes_print_how_to_get_each_custom_consumers_authorization_entry():
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(VALUE_SETS["custom-consumers"], name=RELEASE, namespace=NAMESPACE)
+    notes = next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+    assert "python -m relaunch.common.natsauth config --creds DIR --cluster local --only advice-webhook,restarts-db" in notes
+    declaration = notes.split("RELAUNCH_CUSTOM_CONSUMERS='")[1].split("'")[0]
+    assert json.loads(declaration) == VALUE_SETS["custom-consumers"]["customConsumers"]
