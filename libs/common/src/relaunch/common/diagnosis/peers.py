@@ -70,16 +70,22 @@ def pointed_at(line: str) -> Pointed:
     names that printed it are the catalogue's locators: scanning.py keeps them when there is no peer)."""
     names: dict[str, None] = {}
     addresses: dict[str, None] = {}
-    for pattern in PEERS:
-        for found in pattern.finditer(line):
-            peer = found["peer"]
-            (addresses if is_address(peer) else names).setdefault(peer)
+    # Words every form holds, looked for first: this runs on every line a signature matched.
+    if any(word in line for word in _PEER_WORDS):
+        for pattern in PEERS:
+            for found in pattern.finditer(line):
+                peer = found["peer"]
+                (addresses if is_address(peer) else names).setdefault(peer)
     if names or addresses:
         return Pointed(tuple(names), tuple(addresses), peer=True)
-    for pattern in LOCAL:
-        for found in pattern.finditer(line):
-            addresses.setdefault(found["addr"])
+    if "ip" in line:
+        for pattern in LOCAL:
+            for found in pattern.finditer(line):
+                addresses.setdefault(found["addr"])
     return Pointed((), tuple(addresses))
+
+
+_PEER_WORDS = ("peer", "Call to", " error [", "marked dead")
 
 
 def node_of(address: str, node_addrs: Mapping[str, str]) -> str | None:
