@@ -55,6 +55,8 @@ def test_a_line_that_names_its_far_end_points_at_it(line, names, addresses):
     ("(RayTrainWorker pid=1234, ip=10.0.0.5) RuntimeError: CUDA error: uncorrectable ECC error encountered",
      "10.0.0.5"),
     ("(pid=1234, ip=10.0.0.5) torch.OutOfMemoryError: CUDA out of memory.", "10.0.0.5"),
+    ("0: (RayTrainWorker pid=1234, ip=10.0.0.5) [rank0]: RuntimeError: CUDA error: uncorrectable ECC error",
+     "10.0.0.5"),
     ("(raylet, ip=10.0.0.5) [2026-12-04 10:00:00] NVRM: Xid 79", "10.0.0.5"),
     ("worker failed: {'node_ip_address': '10.0.0.5', 'pid': 1234}", "10.0.0.5"),
 ])

@@ -43,7 +43,8 @@ PEERS = tuple(re.compile(p) for p in (
 LOCAL = (
     # Ray's worker prefix: "(RayTrainWorker pid=1234, ip=10.0.0.5) ", "(pid=1234, ip=10.0.0.5)",
     # "(raylet, ip=10.0.0.5)".
-    re.compile(rf"^\s*\((?:[\w.:-]{{1,80}},? )?(?:pid=\d{{1,10}}, )?ip=(?P<addr>{_IPV4})[,)]"),
+    # (behind an srun label or a time stamp too: "0: (RayTrainWorker pid=1234, ip=10.0.0.5) ...").
+    re.compile(rf"(?:^|\s)\((?:[\w.:-]{{1,80}},? )?(?:pid=\d{{1,10}}, )?ip=(?P<addr>{_IPV4})[,)]"),
     re.compile(rf"\bnode_ip_address['\"]?\s?[=:]\s?['\"]?(?P<addr>{_IPV4})\b"),
 )
 """Addresses of the host that printed the line (where the line ran, not what it points at)."""
