@@ -120,3 +120,18 @@ def test_slurmrestd_nodes_give_each_nodes_address_and_state(release):
     facts = facts_from_rest(answer)
     names = [n["name"] for n in answer["nodes"]]
     assert facts.down == {names[2], names[3]} and facts.addrs[names[1]] == "10.0.0.2"
+
+
+def test_relaunch_classify_says_an_address_stays_an_address_offline():
+    from typer.testing import CliRunner
+
+    from relaunch.client.cli import app
+
+    line = ("node3:2229:2266 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.4<43210> with error 12, opcode 0, "
+            "len 0, vendor err 129\n")
+    result = CliRunner().invoke(app, ["classify", "-"], input=line)
+    assert result.exit_code == 0, result.output
+    assert "addresses 10.0.0.4 (offline no address is mapped to its Slurm node" in result.stdout
+    assert "nodes node3" not in result.stdout  # the host that printed the line is not the culprit
+    result = CliRunner().invoke(app, ["classify", "--json", "-"], input=line)
+    assert json.loads(result.stdout)["anomaly"]["addresses"] == ["10.0.0.4"]
