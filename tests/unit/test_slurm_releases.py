@@ -276,9 +276,6 @@ class CapturedSlurm:
     async def accounting_since(self, start):
         return self.capture.sacct()
 
-    async def usable_nodes(self):
-        return {"debug": 4}
-
     async def node_facts(self):
         return NodeFacts({"debug": 4}, {f"node{i}": f"10.0.0.{i}" for i in range(1, 5)}, frozenset({"node4"}))
 

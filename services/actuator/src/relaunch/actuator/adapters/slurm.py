@@ -22,7 +22,7 @@ from ..domain.accounting import AccountedAttempt, available_fields, parse_sacct
 from ..domain.commands import JOB_ID, NODE_NAME, check, drain_argv, step_argv
 from ..domain.launches import BATCH_STEP_FIELDS, BatchStep, batch_step_of
 from ..domain.node_facts import NodeFacts, facts_from_sinfo
-from ..domain.observing import NodeCondition, Observed, parse_node_conditions, usable_nodes_by_partition
+from ..domain.observing import NodeCondition, Observed, parse_node_conditions
 from ..domain.rest_values import job_of, observed_from_rest
 from ..domain.slurm_values import Unreadable
 
@@ -176,10 +176,6 @@ class Slurm:
         """Every accounting record of a job that was pending, running or ended since `start`."""
         since = start.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct reads local wall-clock time
         return await self._sacct("-a", "-S", since, "-E", "now")
-
-    async def usable_nodes(self) -> dict[str, int]:
-        """Partition -> nodes that can run jobs now."""
-        return usable_nodes_by_partition(await self._run(["sinfo", "-h", "-N", "-o", "%R|%N|%t"]))
 
     async def node_facts(self) -> NodeFacts:
         """Usable nodes per partition, each node's NodeAddr (%o), the nodes Slurm has given up on: one

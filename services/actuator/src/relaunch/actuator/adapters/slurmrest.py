@@ -37,8 +37,7 @@ from ..domain.launches import BatchStep, batch_step_from_rest
 from ..domain.observing import NodeCondition, Observed
 from ..domain.rest_calls import REQUEUE_SINCE, SUPPORTED, Api, RestCall, pick_api, rest_call
 from ..domain.node_facts import NodeFacts
-from ..domain.rest_values import (accounted_from_rest, error_text, facts_from_rest, first_job, node_conditions_from,
-                                  usable_nodes_from)
+from ..domain.rest_values import accounted_from_rest, error_text, facts_from_rest, first_job, node_conditions_from
 from ..domain.slurm_values import Unreadable
 from .slurm import _PERMANENT_MARKERS, SLURM_SECONDS, AccountingDisabled, JobGone, Slurm, observed_or_retry
 
@@ -245,10 +244,6 @@ class SlurmRest:
         answer = await self._get(f"/slurmdb/{v}/jobs/", "slurmdb jobs", start_time=str(int(start.timestamp())),
                                  end_time=str(int(time.time())), show_duplicates="")
         return with_ids(accounted_from_rest(answer))
-
-    async def usable_nodes(self) -> dict[str, int]:
-        api = await self.api()
-        return usable_nodes_from(await self._get(f"/slurm/{api.slurm}/nodes/", "nodes"))
 
     async def node_facts(self) -> NodeFacts:
         """Usable nodes per partition, each node's NodeAddr, the nodes Slurm has given up on (one GET)."""
