@@ -1,5 +1,6 @@
-"""The complete consumer in docs/custom-consumer.md runs as printed: it imports, and it acks,
-retries or gives up on each Advice as the page says (webhook answers faked with httpx's MockTransport)."""
+"""The consumers in docs/custom-consumer.md (the FastStream program and its nats-py twin) run as printed:
+they import, and they ack, retry or give up on each Advice as the page says (webhook answers faked with
+httpx's MockTransport). tests/e2e/test_custom_consumer.py runs them against the stack."""
 
 from __future__ import annotations
 
@@ -19,19 +20,35 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "custom-consumer.md"
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
+def load(name: str, tmp_path: Path):
+    """The page's `# file: NAME` program, imported as printed."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    (program,) = [b for b in blocks if b.startswith("# file: advice_webhook.py")]
+    (program,) = [b for b in blocks if b.startswith(f"# file: {name}\n")]
     for block in blocks:
         compile(block, str(DOC), "exec")  # every snippet on the page is valid Python
-    path = tmp_path_factory.mktemp("doc") / "advice_webhook.py"
+    path = tmp_path / name
     path.write_text(program)
-    spec = importlib.util.spec_from_file_location("advice_webhook", path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def example(tmp_path):
+    """The nats-py program (its `handle` takes nats-py's message)."""
+    return load("advice_webhook_nats.py", tmp_path)
+
+
+@pytest.fixture
+def faststream_example(tmp_path, monkeypatch):
+    """The FastStream program: importing it makes the broker (no connection yet) and reads WEBHOOK_URL."""
+    monkeypatch.setenv("RELAUNCH_NATS_URL", "nats://127.0.0.1:1")
+    monkeypatch.setenv("WEBHOOK_URL", "https://hooks.example.org/relaunch")
+    monkeypatch.delenv("RELAUNCH_NATS_USER", raising=False)
+    monkeypatch.delenv("RELAUNCH_NATS_PASSWORD_FILE", raising=False)
+    return load("advice_webhook.py", tmp_path)
 
 
 class Msg:
@@ -69,19 +86,74 @@ async def post_with(example, status: int | Exception, msg: Msg) -> tuple[str, li
     return result, seen
 
 
-@pytest.mark.parametrize("status, outcome, result", [
-    (200, ("ack",), "sent"),
-    (503, ("nak", 8.0), "retry"),
-    (429, ("nak", 8.0), "retry"),
-    (httpx.ConnectError("refused"), ("nak", 8.0), "retry"),
-    (400, ("term",), "refused (400)"),
-])
+OUTCOMES = [
+    (200, ("ack",), "sent local.7.1 (delivery 3)"),
+    (503, ("nak", 8.0), "retry local.7.1"),
+    (429, ("nak", 8.0), "retry local.7.1"),
+    (httpx.ConnectError("refused"), ("nak", 8.0), "retry local.7.1"),
+    (400, ("term",), "refused (400) local.7.1"),
+]
+
+
+@pytest.mark.parametrize("status, outcome, result", OUTCOMES)
 async def test_the_documented_consumer_acks_only_what_the_webhook_took(example, status, outcome, result):
     msg = Msg(advice_bytes(), delivered=3)
     got, seen = await post_with(example, status, msg)
     assert (got, msg.outcome) == (result, outcome)
+    assert seen[0].headers["Idempotency-Key"] == "local.7.1"  # one decision: cluster, job, generation
+    assert '"exclude_nodes":["node3"]' in seen[0].read().decode()
+
+
+class FastStreamMsg:
+    """What the FastStream handler uses of faststream.nats.NatsMessage: ack, nack(delay), reject, raw_message."""
+
+    def __init__(self, raw: Msg) -> None:
+        self.raw_message, self.outcome = raw, None
+
+    async def ack(self):
+        self.outcome = ("ack",)
+
+    async def nack(self, delay=None):
+        self.outcome = ("nak", delay)
+
+    async def reject(self):
+        self.outcome = ("term",)
+
+
+@pytest.mark.parametrize("status, outcome, result", OUTCOMES)
+async def test_the_documented_faststream_consumer_acks_only_what_the_webhook_took(faststream_example, status, outcome,
+                                                                                  result, capsys):
+    from relaunch import client
+
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if isinstance(status, Exception):
+            raise status
+        return httpx.Response(status)
+
+    faststream_example.http = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    raw = Msg(advice_bytes(), delivered=3)
+    advice = await client.decoder(Advice)(SimpleNamespace(body=raw.data))
+    msg = FastStreamMsg(raw)
+    await faststream_example.forward(advice, msg)
+    assert msg.outcome == outcome
+    assert capsys.readouterr().out.strip() == f"relaunch.advice.local.7: {result}"
     body = seen[0].read().decode()
+    assert seen[0].headers["Idempotency-Key"] == "local.7.1"
     assert "relaunch restarts job 7 on local, attempt 0 without node3: xid 79 on node3" in body
+    await faststream_example.close_http()
+
+
+async def test_the_documented_faststream_consumer_rejects_what_it_cannot_read(faststream_example, capsys):
+    from relaunch import client
+
+    raw = Msg(b'{"schema": "relaunch.something_new/v9"}')
+    assert await client.decoder(Advice)(SimpleNamespace(body=raw.data)) is None
+    msg = FastStreamMsg(raw)
+    await faststream_example.forward(None, msg)
+    assert msg.outcome == ("term",) and "skipped" in capsys.readouterr().out
 
 
 async def test_the_documented_consumer_gives_up_on_what_it_cannot_read(example):
