@@ -1,7 +1,9 @@
 """Lightning on the tiny GPT-2, with its TQDM bar (default) or its Rich bar.
 
-    python lightning_train.py STEPS [--rich] [--callback] [--plain]   (TQDM bar unless --rich)   (FAULT=... see faults.py)
---plain also prints `step N/M | loss X | T s/step` lines, as many training scripts do."""
+    python lightning_train.py STEPS [--rich] [--callback] [--plain] [--eval-every N --eval-seconds S]
+(TQDM bar unless --rich; FAULT=... see faults.py)
+--plain also prints `step N/M | loss X | T s/step` lines, as many training scripts do.
+--eval-every: Lightning's validation loop every N steps, lasting about S seconds (5 slow batches)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class Module(pl.LightningModule):
     def __init__(self, steps: int, plain: bool) -> None:
         super().__init__()
         self.model, self.steps, self.plain, self.t = tiny.gpt2(), steps, plain, time.monotonic()
+        self.eval_pause = 0.0
 
     def training_step(self, batch, batch_idx):
         step = self.global_step + 1
@@ -40,6 +43,10 @@ class Module(pl.LightningModule):
             self.t = now
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        time.sleep(self.eval_pause)
+        return self.model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=5e-4)
 
@@ -58,9 +65,16 @@ def main() -> None:
         callbacks.append(LightningProgressCallback())
     workers = 2 if faults.KIND == "worker" else 0
     loader = DataLoader(tiny.RandomTokens(), batch_size=8, num_workers=workers, persistent_workers=workers > 0)
+    module = Module(steps, "--plain" in sys.argv)
+    every = sys.argv[sys.argv.index("--eval-every") + 1] if "--eval-every" in sys.argv else None
+    validation = {}
+    if every:
+        seconds = float(sys.argv[sys.argv.index("--eval-seconds") + 1]) if "--eval-seconds" in sys.argv else 30.0
+        module.eval_pause = seconds / 5
+        validation = dict(val_check_interval=int(every), limit_val_batches=5, num_sanity_val_steps=0)
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         callbacks=callbacks, log_every_n_steps=1, enable_model_summary=False)
-    trainer.fit(Module(steps, "--plain" in sys.argv), loader)
+                         callbacks=callbacks, log_every_n_steps=1, enable_model_summary=False, **validation)
+    trainer.fit(module, loader, DataLoader(tiny.RandomTokens(5), batch_size=1) if every else None)
 
 
 if __name__ == "__main__":
