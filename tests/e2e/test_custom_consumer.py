@@ -5,8 +5,8 @@ declares it; its settings are $RUN/consumers/advice-webhook.env).
 - a crashed job's Advice reaches a local webhook receiver;
 - the FastStream program killed after the webhook answered and before its ack gets that Advice again
   (a duplicate, never a loss), and the page's idempotency key makes the receiver count it once;
-- stopped, while another job's Advice is issued, the consumer restarted later (the page's nats-py twin,
-  on the same durable) resumes where it was: the new Advice, not the old one again;
+- stopped, while another job's Advice is issued, the consumer restarted a minute later (the page's nats-py
+  twin, on the same durable) resumes where it was: the new Advice, not the old one again;
 - NATS refuses the consumer's user a subscription or a publish outside its declaration.
 
 The programs' output and the receiver's record go to test-artifacts/custom-consumer.json.
@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "custom-consumer.md"
 ARTIFACTS = REPO / "test-artifacts"
 USER = "advice-webhook"
+RESTART_AFTER_S = 60.0
+"""How long the consumer stays away before it is started again (the issue's "a minute later")."""
 PROGRAM = re.compile(r"^```python\n# file: (\S+)\n(.*?)^```", re.S | re.M)
 
 
@@ -136,6 +138,7 @@ def test_the_pages_programs_deliver_every_advice_once_across_a_kill_and_a_restar
                    lambda: sum(p["key"] == key_a for p in receiver.posts) >= 2, timeout=90)
         wait_until("the restarted program to ack it", lambda: f"sent {key_a} (delivery 2)" in again.output(), 15)
         assert again.stop() == 0
+        stopped_at = time.monotonic()
 
         # While no consumer runs, another job's Advice is issued (and carried out).
         job_b = sbatch(services, "flaky-train.sh", "relaunch:max_attempts=2", STEP_SECONDS="0.2")
@@ -143,7 +146,8 @@ def test_the_pages_programs_deliver_every_advice_once_across_a_kill_and_a_restar
         wait_until("job B's restart, seen live", lambda: f"job {job_b}: advice generation 1 CONVERGED"
                    in watch.output(), timeout=120)
         assert not [p for p in receiver.posts if p["key"] == key_b]
-        # Later, the page's nats-py twin on the same durable carries on where the FastStream one stopped.
+        # A minute later, the page's nats-py twin on the same durable carries on where the FastStream one stopped.
+        time.sleep(max(0.0, stopped_at + RESTART_AFTER_S - time.monotonic()))
         later = start("advice_webhook_nats.py", consumer_env)
         wait_until("job B's Advice after the restart", lambda: f"sent {key_b} (delivery 1)" in later.output(),
                    timeout=60)
