@@ -6,6 +6,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import pytest
+
 from relaunch.actuator.domain.hang_readings import collector_argv, evidence, readings_from
 from relaunch.common.hangs.triggers import wants_evidence
 from relaunch.common.schemas import AnomalyDetected, HangEvidence
@@ -99,3 +101,82 @@ def test_the_policy_cancels_a_hang_at_the_same_place_twice_and_restarts_one_blam
     node = {"status": "collected", "blame": "node", "suspect_nodes": ["node2"], "reason": "rank 1 on node2 ..."}
     d = decide(History(), hang, Policy(max_attempts=3), NOW, tuple(with_hang_suspects([], node, ["node1", "node2"])))
     assert d.kind == "restart" and d.exclude_nodes == ("node2",)
+
+
+class _Bus:
+    def __init__(self):
+        self.sent = []
+
+    async def publish(self, subject, model, msg_id=None, traceparent=None):
+        self.sent.append((subject, model, msg_id))
+        return True
+
+
+class _Slurm:
+    def __init__(self, job):
+        self.job = job
+
+    async def show_job(self, job_id):
+        return self.job
+
+
+def _read(job, mode="act", enabled=True, anomaly=None):
+    import asyncio
+
+    from relaunch.actuator.hang_evidence import HangReader
+    from relaunch.common.outcomes import Delivery
+
+    bus = _Bus()
+    reader = HangReader(bus, _Slurm(job), mode, enabled=enabled, python="python3", pyspy="py-spy", timeout_s=1)
+    asyncio.run(reader.on_anomaly(anomaly or _anomaly(), Delivery("s", 1, 1)))
+    return bus.sent
+
+
+@pytest.mark.parametrize(("job", "mode", "enabled", "why"), [
+    ({"comment": "relaunch"}, "observe", True, "observe mode"),
+    ({"comment": "relaunch"}, "act", False, "collection is off"),
+    (None, "act", True, "the job is gone"),
+    ({"comment": "relaunch:max_attempts=banana"}, "act", True, "observe-only"),
+    ({"comment": "nothing"}, "act", True, "does not opt in"),
+])
+def test_the_actuator_answers_every_hang_and_steps_into_no_job_it_may_not(job, mode, enabled, why):
+    [(subject, found, msg_id)] = _read(job, mode, enabled)
+    assert subject == "relaunch.event.hang_evidence.local.42" and msg_id == "hang_evidence.a1"
+    assert found.status == "skipped" and why in found.detail and found.suspect_nodes == []
+
+
+def test_the_actuator_ignores_anomalies_that_are_no_hang():
+    assert _read({"comment": "relaunch"}, anomaly=_anomaly("crash", "scheduler", "slurm_failed")) == []
+
+
+def test_the_collector_finds_the_ranks_of_its_job_on_its_node_only(tmp_path):
+    """rank_collector.py run for real over real processes: torchrun's agent (SLURM_PROCID, no RANK), its
+    rank (RANK=0) and that rank's data loader worker (the same environment), and a rank of another node
+    that shares the host: only the rank of this node is read."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from relaunch.actuator.adapters.hang_collection import SCRIPT
+
+    base = {**os.environ, "SLURM_JOB_ID": "777", "SLURMD_NODENAME": "nodeA"}
+    base.pop("RANK", None)
+    sleeper = "import subprocess, sys, time, os\n" \
+              "if len(sys.argv) > 1: subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n" \
+              "time.sleep(60)"
+    def start(*argv, **env):
+        return subprocess.Popen([sys.executable, "-c", sleeper, *argv], env={**base, **env}, start_new_session=True)
+
+    procs = [start(SLURM_PROCID="0"), start("worker", RANK="0"), start(RANK="1", SLURMD_NODENAME="nodeB")]
+    try:
+        time.sleep(1.0)
+        out = subprocess.run([sys.executable, "-c", SCRIPT, "777", str(tmp_path / "no-py-spy")], env=base,
+                             capture_output=True, text=True, timeout=30)
+        body = json.loads(out.stdout)
+    finally:
+        for p in procs:
+            os.killpg(p.pid, 9)  # its data loader worker too
+    assert [(r["rank"], r["pid"]) for r in body["ranks"]] == [(0, procs[1].pid)]
+    rank = body["ranks"][0]
+    assert len(rank["stat"]) == 2 and rank["stat"][1] and rank["dump"] is None and "py-spy" in rank["error"]

@@ -48,10 +48,6 @@ the ledger knows the attempt's nodes, or after this many deliveries (about 0.5 s
 that carries them travels on another consumer, and an anomaly that came first would otherwise be
 attributed against no nodes and exclude none (docs/policy.md, "Attribution")."""
 
-WAIT_FOR_HANG_EVIDENCE = dt.timedelta(seconds=30)
-"""A hang the actuator reads the ranks of (hangs.triggers.wants_evidence) is decided once its evidence is
-in the ledger, or this long after its detection (the actuator's collection is bounded at 20 s, and it
-answers at once when it collects nothing): no evidence, the hang is decided as without it (fail closed)."""
 
 
 Pending = tuple[AnomalyDetected, Delivery, "str | None"]
@@ -66,11 +62,17 @@ class _BeginAgain(Exception):
 
 class Decider:
     def __init__(self, ledger: Ledger, outbox: OutboxPublisher, policies: PolicySet | None = None,
-                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE, *, batch: int = 64) -> None:
+                 node_history_half_life: dt.timedelta = reputation.HALF_LIFE, *, batch: int = 64,
+                 hang_evidence_wait: dt.timedelta = dt.timedelta(0)) -> None:
+        """`hang_evidence_wait`: how long after its detection a hang the actuator reads the ranks of
+        (hangs.triggers.wants_evidence) waits for that evidence (DeciderSettings.hang_evidence_wait_s);
+        none came, it is decided as without it (fail closed). 0 (a Decider of tests and benches without an
+        actuator): hang evidence is not read at all, and a hang is submitted to its batch at once."""
         self.ledger, self.outbox = ledger, outbox
         self.batches: GroupCommit[Pending, Advice | None] = GroupCommit(self._decide_batch, max_batch=batch)
         self.half_life = node_history_half_life
         self.policies = policies if policies is not None else load_policies()
+        self.hang_evidence_wait = hang_evidence_wait
         self._hang_evidence: dict[str, tuple[dict | None, str | None]] = {}
         """anomaly id -> (its hang evidence, the place the attempt before's blamed), while it is decided."""
 
@@ -78,7 +80,7 @@ class Decider:
         await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
 
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
-        if wants_evidence(anomaly):
+        if self.hang_evidence_wait and wants_evidence(anomaly):
             await self._await_hang_evidence(anomaly)
         try:
             # Decided with the other jobs' anomalies that came with it (group_commit, _decide_batch).
@@ -95,7 +97,7 @@ class Decider:
         TemporaryError while it may still come."""
         pool = self.ledger.pool
         found = await hang_evidence_store.of_anomaly(pool, anomaly.anomaly_id)
-        if found is None and utcnow() - anomaly.detected_at < WAIT_FOR_HANG_EVIDENCE:
+        if found is None and utcnow() - anomaly.detected_at < self.hang_evidence_wait:
             raise TemporaryError("waiting for the actuator's hang evidence", delay=1.0)
         before = await hang_evidence_store.place_before(pool, anomaly.cluster, anomaly.job_id, anomaly.attempt)
         self._hang_evidence[anomaly.anomaly_id] = (found, before)

@@ -41,7 +41,8 @@ async def amain() -> None:
         log.info("applied ledger migrations %s", applied)
     bus = await Bus.connect(common.nats_url, "decider")
     outbox = OutboxPublisher(bus, ledger, settings.outbox_interval_s)
-    decider = Decider(ledger, outbox, policies, dt.timedelta(seconds=settings.node_history_half_life_s))
+    decider = Decider(ledger, outbox, policies, dt.timedelta(seconds=settings.node_history_half_life_s),
+                      hang_evidence_wait=dt.timedelta(seconds=settings.hang_evidence_wait_s))
     db = Reachability("Postgres (RELAUNCH_DATABASE_URL, the ledger)", common.database_url)
 
     async def watch_db(stop: asyncio.Event) -> None:

@@ -25,3 +25,7 @@ class DeciderSettings(ServiceSettings):
     48 h by default, so two exclusions within about a day make a node suspect for every job, and a
     week-old record has all but vanished. An operator forgets a repaired node's record at once with
     `relaunch nodes clear NODE`."""
+    hang_evidence_wait_s: float = Field(30.0, ge=0)
+    """A hang the actuator reads the ranks of is decided once its evidence is in the ledger, or this long
+    after its detection (docs/architecture.md, "Hang evidence"); the actuator's collection is bounded at
+    20 s and it answers at once when it reads nothing. 0: hang evidence is not used (still recorded)."""
