@@ -10,8 +10,9 @@ the same number is not one (a data loader's workers inherit their rank's environ
 this node (SLURMD_NODENAME, where both have it): nodes that share a host, as the test stack's do, see
 each other's processes, and two py-spy --native on one process fail ("Failed to suspend process").
 
-py-spy: `--nonblocking` first (the rank is never paused), then `--native` (pauses it for the ~50 ms the
-unwinding takes; it tells a native call from the user's Python); the native dump is kept when it worked.
+py-spy: `--nonblocking` first (the rank is never paused), then `--native` (pauses it while py-spy unwinds:
+~50 ms for plain Python, up to ~1.4 s with torch's libraries, bench/pyspy_cost.py; it tells a native call
+from the user's Python); the native dump is kept when it worked.
 Bounded: each py-spy call has a timeout, the dumps are cut to the main thread and to MAX_DUMP characters.
 """
 
