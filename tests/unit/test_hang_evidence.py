@@ -180,3 +180,22 @@ def test_the_collector_finds_the_ranks_of_its_job_on_its_node_only(tmp_path):
     assert [(r["rank"], r["pid"]) for r in body["ranks"]] == [(0, procs[1].pid)]
     rank = body["ranks"][0]
     assert len(rank["stat"]) == 2 and rank["stat"][1] and rank["dump"] is None and "py-spy" in rank["error"]
+
+
+def test_jobs_show_prints_who_the_hang_evidence_blamed(monkeypatch):
+    from typer.testing import CliRunner
+
+    from relaunch.client import cli
+
+    outputs = [(f"node{r + 1}", _node_output("native", f"node{r + 1}", [r]), "") for r in range(3)]
+    found = json.loads(evidence(_anomaly(), outputs, 2.5, NOW).model_dump_json(by_alias=True))
+    job = {"job": {"job_id": "42", "cluster": "local", "name": "train", "state": "RUNNING", "verdict": "recovering",
+                   "verdict_reason": ""}, "attempts": [], "anomalies": [], "advice": [], "audit": [],
+           "hang_evidence": [found]}
+    monkeypatch.setattr(cli, "_get", lambda path: job)
+    result = CliRunner().invoke(cli.app, ["jobs", "show", "42", "--cluster", "local"])
+    assert result.exit_code == 0, result.output
+    assert "hang evidence (attempt 0): collected, blame node, suspect nodes node2, in 2.5 s: rank 1 on node2" \
+        in " ".join(result.output.split())
+    assert "rank 1 on node2: suspect, clock_nanosleep in libc.so.6 through ctypes" in " ".join(result.output.split())
+    assert "rank 0 on node1: victim, all_reduce" in result.output
