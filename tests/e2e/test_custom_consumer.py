@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import nats
 import nats.errors
 import pytest
 from nats.js.api import ConsumerConfig
+from page_programs import programs as page_programs
+from page_programs import write as write_page_programs
 from slurmjobs import sbatch, wait_until
 from webhook_receiver import Receiver
 
@@ -36,17 +37,10 @@ from relaunch.common import natsauth, subjects
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-PAGE = REPO / "docs" / "custom-consumer.md"
 ARTIFACTS = REPO / "test-artifacts"
 USER = "advice-webhook"
 RESTART_AFTER_S = 60.0
 """How long the consumer stays away before it is started again (the issue's "a minute later")."""
-PROGRAM = re.compile(r"^```python\n# file: (\S+)\n(.*?)^```", re.S | re.M)
-
-
-def page_programs() -> dict[str, str]:
-    """Every `# file: NAME` block of the page, as it stands."""
-    return {name: "# file: " + name + "\n" + body for name, body in PROGRAM.findall(PAGE.read_text())}
 
 
 def env_file(path: Path) -> dict[str, str]:
@@ -86,8 +80,7 @@ class Program:
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
-    for name, text in page_programs().items():
-        (tmp_path / name).write_text(text)
+    write_page_programs(tmp_path)
     return tmp_path
 
 

@@ -13,17 +13,18 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from page_programs import CUSTOM_CONSUMER as DOC
+from page_programs import programs
 
 from relaunch.common.schemas import Advice, dump
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "custom-consumer.md"
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 
 
 def load(name: str, tmp_path: Path):
     """The page's `# file: NAME` program, imported as printed."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    (program,) = [b for b in blocks if b.startswith(f"# file: {name}\n")]
+    program = programs(DOC)[name]  # as the end-to-end tier and the compose demo run it
     for block in blocks:
         compile(block, str(DOC), "exec")  # every snippet on the page is valid Python
     path = tmp_path / name
