@@ -9,7 +9,9 @@
 #      what the Slurm Dockerfile names) and the stand-ins of deploy/compose/ci (Python, NATS,
 #      PostgreSQL, Redis);
 #   4. docker compose -f compose.yaml -f compose.ci.yaml up --build, the demo (a job that crashes
-#      once, narrated as `make demo` does), a user's own job run to COMPLETED, down -v.
+#      once, narrated as `make demo` does), docs/custom-consumer.md's FastStream program run from the
+#      host on the declared durable until that job's Advice reaches a local webhook receiver
+#      (scripts/custom_consumer_demo.py), a user's own job run to COMPLETED, down -v.
 #
 # Everything in steps 1-3 is cached outside the checkout, in RELAUNCH_CACHE_DIR/compose (default
 # /var/cache/relaunch/compose): the engine's data root keeps the images and the build cache, so a
@@ -25,6 +27,7 @@ export DOCKER_HOST=unix://$CACHE/engine/docker.sock
 export DOCKER_CONFIG=$CACHE/docker-config
 export DOCKER_BUILDKIT=0   # the classic builder: docker.io 20.10 has no buildx (Compose says so, once, and builds)
 PROJECT=relaunch-ci
+NATS_URL=nats://127.0.0.1:28422   # compose.ci.yaml's NATS, on the host's network
 
 die() { echo "compose-demo: $*" >&2; exit 1; }
 T0=$(date +%s.%N)
@@ -144,8 +147,20 @@ compose up -d --wait nats postgres redis munge slurmctld node1 node2 detector de
   gpu-probe-node1 gpu-probe-node2 >"$RUN/compose-up.log" 2>&1 || die "docker compose up failed (see $RUN/compose-up.log)"
 phase "compose up (healthy)"
 demo_run() { compose run --rm --no-deps -T -e COLUMNS=120 "$@"; }  # the stack is up: no "Waiting" lines
-demo_run demo
+demo_run demo | tee "$RUN/demo.txt"
 phase "demo (crash, recovery, COMPLETED)"
+
+# The page's custom consumer (docs/custom-consumer.md, issue 39), as a user runs it against this stack: its
+# FastStream program, as printed, from the host, on the durable `advice-webhook` that nats-setup declared
+# before the demo's job was submitted, so the restart's Advice waits there for it. This NATS has no users:
+# the URL alone (no leftover RELAUNCH_NATS_* of the caller's shell, e.g. a sourced .run/env).
+demo_job=$(sed -n 's/^Submitted job \([0-9][0-9]*\) .*/\1/p' "$RUN/demo.txt" | head -1)
+[ -n "$demo_job" ] || die "the demo printed no 'Submitted job N' line (see $RUN/demo.txt)"
+env -u RELAUNCH_NATS_USER -u RELAUNCH_NATS_PASSWORD_FILE -u RELAUNCH_NATS_TLS_CA -u RELAUNCH_NATS_TLS_CERT \
+  -u RELAUNCH_NATS_TLS_KEY RELAUNCH_NATS_URL="$NATS_URL" \
+  "$PY" "$REPO/scripts/custom_consumer_demo.py" --cluster demo --job "$demo_job" --timeout 60 \
+  || die "docs/custom-consumer.md's program did not deliver job $demo_job's Advice to the webhook (see above)"
+phase "custom consumer (Advice delivered)"
 
 # A user's own job, as docs/install-compose.md submits it: run to its end (sbatch --wait).
 job=$RUN/my-job.sh
