@@ -64,8 +64,8 @@ def test_readings_sorted_by_rank_from_every_node():
 
 def test_the_srun_command_steps_into_the_job_beside_its_steps():
     argv = collector_argv("42", "node2", "python3", "print(1)", "/opt/py-spy")
-    assert argv[:8] == ["srun", "--overlap", "--jobid=42", "-w", "node2", "-N1", "-n1", "--quiet"]
-    assert argv[-5:] == ["python3", "-c", "print(1)", "42", "/opt/py-spy"]
+    assert argv[:9] == ["srun", "--overlap", "--jobid=42", "-w", "node2", "-N1", "-n1", "--quiet", "--chdir=/"]
+    assert argv[-6:] == ["python3", "-I", "-c", "print(1)", "42", "/opt/py-spy"]
 
 
 def test_which_anomalies_are_read():

@@ -26,9 +26,10 @@ NodeOutput = tuple[str, str | None, str]
 
 def collector_argv(job_id: str, node: str, python: str, script: str, pyspy: str) -> list[str]:
     """A one-task step on `node` inside the running job, beside its steps (--overlap), that runs the
-    collector's text with the node's python."""
+    collector's text with the node's python: isolated (-I: no PYTHON* variables, no user site, not the
+    working directory on sys.path) and in / (--chdir), so no file of the job's can stand in for a module."""
     return ["srun", "--overlap", f"--jobid={check(JOB_ID, job_id, 'job id')}", "-w", check(NODE_NAME, node, "node name"),
-            "-N1", "-n1", "--quiet", python, "-c", script, job_id, pyspy]
+            "-N1", "-n1", "--quiet", "--chdir=/", python, "-I", "-c", script, job_id, pyspy]
 
 
 def _reading(node: str, r: dict) -> RankReading:
