@@ -27,8 +27,8 @@ from relaunch.common.ingest import consume_batch, consume_each
 from relaunch.common.outcomes import MAX_BODY_BYTES
 from relaunch.common.serving import consume
 from relaunch.common.schemas import (
-    Advice, AnomalyDetected, AuditEntry, DeadLetter, EvidenceLine, JobObserved, LogBatch, Message, NodeHealth,
-    ProgressReported, ReconcileStatus, dump,
+    Advice, AnomalyDetected, AuditEntry, DeadLetter, EvidenceLine, HangEvidence, JobObserved, LogBatch, Message,
+    NodeHealth, ProgressReported, RankEvidence, ReconcileStatus, dump,
 )
 from relaunch.common.settings import CommonSettings
 
@@ -52,6 +52,11 @@ EXAMPLES: dict[type[Message], Message] = {
                    expires_at=NOW),
     DeadLetter: DeadLetter(service="detector", subject=f"relaunch.signal.log.{C}.{J}", reason="not a valid LogBatch",
                            payload="{}", payload_bytes=2, at=NOW),
+    HangEvidence: HangEvidence(anomaly_id="a1", cluster=C, job_id=J, attempt=0, status="collected", blame="node",
+                               victims=[0], suspects=[1], suspect_nodes=["node2"], reason="rank 1 in a native call",
+                               ranks=[RankEvidence(rank=1, node="node2", pid=42, role="suspect", where="native",
+                                                   state="S", frames=["nanosleep (libc.so.6)"])],
+                               collected_at=NOW),
 }
 # Every declared consumer (relaunch.common.consumers), run the way its service runs it.
 SUBSCRIBERS = list(consumers.ALL)
