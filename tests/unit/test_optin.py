@@ -61,7 +61,7 @@ def test_hang_and_straggler_options():
 ])
 def test_version_1_comments_are_unchanged(comment, options):
     optin = parse_comment(comment)
-    assert GRAMMAR_VERSION == 3
+    assert GRAMMAR_VERSION >= 3  # and under every later version
     assert optin.opted_in and not optin.errors and optin.options == options and optin.policy is None
 
 
@@ -133,3 +133,35 @@ def test_version_3_adds_the_straggler_threshold_and_the_detector_reads_it():
     for bad in ("4", "91", "half"):
         words = "straggler_threshold must be an integer from 5 to 90"
         assert words in " ".join(parse_comment(f"relaunch:straggler_threshold={bad}").errors)
+
+
+# --- grammar version 4 (docs/policy.md): spaces inside the token are read, not dropped ---------------
+
+@pytest.mark.parametrize("comment, options", [
+    ("relaunch: max_attempts=1", {"max_attempts": 1}),
+    ("relaunch:  max_attempts=1", {"max_attempts": 1}),
+    ("run=abc relaunch: max_attempts=2;y=1", {"max_attempts": 2}),
+    ("relaunch:max_attempts=1, hang_timeout=600", {"max_attempts": 1, "hang_timeout": 600}),
+    ("relaunch: max_attempts=2, straggler=on, exclude=off x", {"max_attempts": 2, "straggler": 1, "exclude": 0}),
+])
+def test_a_space_after_the_colon_or_a_comma_keeps_the_options(comment, options):
+    optin = parse_comment(comment)
+    assert GRAMMAR_VERSION == 4
+    assert optin.opted_in and not optin.errors and optin.options == options, comment
+
+
+def test_a_spaced_piece_that_is_no_option_is_an_error_not_a_silence():
+    optin = parse_comment("relaunch: max_atempts=1")
+    assert optin.observe_only and "unknown option 'max_atempts'" in optin.errors[0]
+
+
+@pytest.mark.parametrize("comment", ["relaunch: run 7", "relaunch:;max_attempts=1", "relaunch: ; x=1",
+                                     "relaunch:max_attempts=2 note=x", "relaunch:"])
+def test_version_3_comments_mean_the_same_under_version_4(comment):
+    optin = parse_comment(comment)
+    assert optin.opted_in and not optin.errors, comment
+
+
+def test_a_hostile_chain_of_spaced_options_is_cheap():
+    optin = parse_comment("relaunch: " + "a=1, " * 2000)
+    assert optin.observe_only and len(optin.errors) == MAX_ERRORS + 1

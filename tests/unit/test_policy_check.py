@@ -45,7 +45,7 @@ def test_the_operator_file_decides_what_loosens(tmp_path, monkeypatch):
     result = check("relaunch:max_attempts=3,straggler=on", "--policy-file", str(path), "--json")
     assert result.exit_code == 2
     out = json.loads(result.stdout)
-    assert out["mode"] == "observe-only" and out["policy_file"] == str(path) and out["grammar"] == 3
+    assert out["mode"] == "observe-only" and out["policy_file"] == str(path) and out["grammar"] == 4
     assert [e.split(" loosens")[0] for e in out["errors"]] == ["max_attempts=3", "straggler=on"]
     monkeypatch.setenv("RELAUNCH_DECIDER_POLICY_FILE", str(path))  # the decider's own setting is honoured
     assert check("relaunch:max_attempts=2").exit_code == 0
@@ -80,3 +80,11 @@ def test_the_command_imports_no_service_package():
     first, imported = out.stdout.splitlines()
     assert json.loads(first)["effective"]["max_attempts"] == 2
     assert imported == "[]"
+
+
+def test_a_space_after_the_colon_is_read_as_the_decider_reads_it():
+    result = check("relaunch: max_attempts=1")
+    assert result.exit_code == 0, result.output
+    assert '"max_attempts": 1' in result.stdout
+    result = check("relaunch: max_atempts=1")
+    assert result.exit_code == 2 and "unknown option 'max_atempts'" in result.stdout

@@ -1,4 +1,4 @@
-"""The opt-in grammar of the Slurm job comment, version 3 (contract: docs/policy.md, "The job comment").
+"""The opt-in grammar of the Slurm job comment, version 4 (contract: docs/policy.md, "The job comment").
 
 A job takes part when its comment holds the token `relaunch`, optionally with options:
 `relaunch:key=value,key=value` (no spaces). Other text may share the comment, separated by
@@ -9,6 +9,11 @@ observe-only and `errors` says exactly what was wrong.
 
 Version 2 only adds options to version 1 (`max_attempts`, `hang_timeout`, `straggler`), and version 3
 only `straggler_threshold` to version 2: every earlier comment means the same under version 3.
+Version 4 reads options written with spaces after the colon or after a comma (`relaunch: max_attempts=1`,
+`relaunch:max_attempts=1, hang_timeout=600`) as the options they look like: version 3 left such a piece
+as other text and so dropped the option in silence. Only a piece holding '=' right after `relaunch:` or
+after a trailing ',' is joined, so a wrong key there is an error (observe-only), never a silence; every
+comment written as version 3 documents it (no spaces inside the token) means the same.
 
 Pure: no I/O. The comment is user-supplied text (anyone who can submit a job writes it): it is only
 ever parsed, never executed; numbers are matched as ASCII digits of bounded length (str.isdigit
@@ -20,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-GRAMMAR_VERSION = 3
+GRAMMAR_VERSION = 4
 TOKEN = "relaunch"
 MAX_COMMENT = 4096
 """Longer comments are cut before parsing; Slurm itself allows more, we need none of it."""
@@ -28,6 +33,9 @@ MAX_ERRORS = 10
 """At most this many errors are listed (then a count): a hostile comment cannot flood the audit."""
 
 _SEPARATORS = re.compile(r"[\s;]+")
+_SPACED_OPTIONS = re.compile(r"(?<![^\s;])(relaunch:(?:[^\s;]*,)?)[ \t]+(?=[^\s;]*=)")
+"""`relaunch:` or `relaunch:a=1,` then spaces and a piece holding '=': the spaces are dropped (version 4).
+Repeated (at most once per known option, and once more) so that `relaunch: a=1, b=2` joins both pieces."""
 _NUMBER = re.compile(r"[0-9]{1,9}")
 POLICY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 """What a policy name may be, in a comment and in the operator's policy file alike."""
@@ -99,7 +107,12 @@ class OptIn:
 def parse_comment(comment: str | None) -> OptIn:
     if not comment:
         return OptIn(False)
-    tokens = [t for t in _SEPARATORS.split(comment[:MAX_COMMENT]) if t]
+    text = comment[:MAX_COMMENT]
+    for _ in range(len(OPTIONS) + 1):  # bounded: a hostile comment cannot make this loop long
+        text, joined = _SPACED_OPTIONS.subn(r"\1", text)
+        if not joined:
+            break
+    tokens = [t for t in _SEPARATORS.split(text) if t]
     ours = [t for t in tokens if t == TOKEN or t.startswith(TOKEN + ":")]
     if not ours:
         return OptIn(False)
