@@ -148,3 +148,45 @@ def test_where_the_api_has_a_token_log_excerpts_show_only_once_it_is_given(page)
     page.expect(anomaly.locator("pre.evidence")).to_contain_text("GPU has fallen off the bus")
     assert anomaly.locator(".withheld").count() == 0
     assert not page.errors, page.errors
+
+
+def _with_hang_job(fakes) -> None:
+    from test_api_fakes import sample_hang_job
+
+    detail = sample_hang_job()
+    fakes.ledger.details[("local", "103")] = detail
+    fakes.ledger.rows.insert(0, {**detail["job"], "attempt_count": 1})
+
+
+@pytest.mark.parametrize("page", [API_TOKEN], indirect=True)
+def test_a_hangs_evidence_shows_who_was_blamed_and_the_stacks_once_the_token_is_given(page):
+    """issue 37: the reason in words, the suspect nodes, the suspect rank's stack beside a victim's; the
+    frames are the job's own text, withheld with its log lines until the token is given."""
+    _with_hang_job(page.fakes)
+    page.goto(f"{ORIGIN}/?poll=60#job=local%2F103")
+    hang = page.locator('#timeline li[data-kind="hang"]')
+    hang.wait_for()
+    expect = page.expect
+    expect(hang.locator(".title")).to_contain_text("blame node, suspect node node2")
+    assert "rank 1 on node2 is stuck in a native call" in hang.locator(".reason").inner_text()
+    assert hang.locator(".suspect-nodes").inner_text() == "suspect node: node2"
+    expect(hang.locator(".withheld")).to_contain_text("stack frames withheld")
+    assert hang.locator("pre.frames").count() == 0
+    # who is who is no log line: the roles and places stay
+    assert "rank 1 on node2: suspect, clock_nanosleep" in hang.locator('figure[data-role="suspect"]').inner_text()
+
+    page.once("dialog", lambda dialog: dialog.accept(API_TOKEN))
+    page.click("#token")
+    suspect, victim = hang.locator('figure[data-role="suspect"]'), hang.locator('figure[data-role="victim"]')
+    expect(suspect.locator("pre.frames")).to_contain_text("clock_nanosleep (/usr/lib/x86_64-linux-gnu/libc.so.6)")
+    assert "rank 0 on node1: victim, all_reduce at train.py:23" in victim.locator("figcaption").inner_text()
+    assert "c10d::Work::wait" in victim.locator("pre.frames").inner_text()
+    assert hang.locator(".withheld").count() == 0
+    kinds = page.locator("#timeline > li").evaluate_all("items => items.map(i => i.dataset.kind)")
+    assert kinds.index("anomaly") < kinds.index("hang") < kinds.index("advice"), kinds
+    hang.locator("details.ranks summary").click()
+    assert hang.locator("details.ranks li").count() == 4
+    ARTIFACTS.mkdir(exist_ok=True)
+    hang.screenshot(path=str(ARTIFACTS / "dashboard-hang-evidence.png"))
+    page.screenshot(path=str(ARTIFACTS / "dashboard-hang-job.png"), full_page=True)
+    assert not page.errors, page.errors

@@ -69,3 +69,19 @@ def test_withholding_leaves_the_ledger_rows_alone():
     assert withhold_lines(detail, "") is detail
     out = withhold_lines(detail, "no token")
     assert json.dumps(detail, sort_keys=True) == before and out["anomalies"][0]["evidence"] == []
+
+
+def test_a_hangs_stack_frames_on_the_event_stream_need_the_token_too(tmp_path):
+    """HangEvidence's frames are the job's own text (issue 37): withheld on the stream as in the job view."""
+    from test_api_fakes import sample_hang_job
+
+    hang = sample_hang_job()["hang_evidence"][0]
+    fakes = Fakes()
+    fakes.ledger.details[("local", "103")] = sample_hang_job()
+    fakes.events.events = [StreamedEvent(44, "relaunch.event.hang_evidence.local.103", json.dumps(hang).encode(), T0)]
+    frame = "clock_nanosleep (/usr/lib/x86_64-linux-gnu/libc.so.6)"
+    with client(fakes, tmp_path, token=TOKEN) as api:
+        anonymous = api.get("/v1/events/stream").text + api.get("/v1/jobs/local/103").text
+        holder = api.get("/v1/events/stream", headers={"Authorization": f"Bearer {TOKEN}"}).text
+    assert frame not in anonymous and "rank 1 on node2 is stuck in a native call" in anonymous
+    assert '"evidence_withheld"' in anonymous and frame in holder

@@ -76,6 +76,57 @@ def sample_job() -> dict:
     }
 
 
+
+VICTIM_FRAMES = ["pthread_cond_wait (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+                 "c10d::Work::wait (/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so)",
+                 "all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252)",
+                 "train (/work/train.py:23)", "<module> (/work/train.py:28)"]
+SUSPECT_FRAMES = ["clock_nanosleep (/usr/lib/x86_64-linux-gnu/libc.so.6)", "sleep (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+                  "0x7f1874ad6f7a (/usr/lib/x86_64-linux-gnu/libffi.so.8.1.2)", "train (/work/train.py:20)",
+                  "<module> (/work/train.py:28)"]
+
+
+def sample_hang_job() -> dict:
+    """Job 103: hung in attempt 0 with rank 1 on node2 stuck in a native call; relaunch read every rank
+    (HangEvidence, as relaunch.actuator.domain.hang_readings makes it) and restarted it without node2."""
+    anomaly = {
+        "anomaly_id": "local.103.0.hang", "cluster": "local", "job_id": "103", "attempt": 0, "kind": "hang",
+        "source": "progress", "signature_id": "hang_no_progress", "category": "hang", "fault_domain": "unknown",
+        "action": "restart", "summary": "no progress for 31 s since step 7", "nodes": [], "evidence": [],
+        "detected_at": at(40), "recorded_at": at(40.1)}
+
+    def rank(n, node, role, **more):
+        return {"rank": n, "node": node, "pid": 4000 + n, "role": role, "where": "collective",
+                "collective": None, "place": "train.py:23 (train)", "call": None, "state": "S", "cpu_ticks": 0,
+                "frames": VICTIM_FRAMES, "dump_mode": "native", "error": "", **more}
+    reason = ("rank 1 on node2 is stuck in a native call (clock_nanosleep in libc.so.6 through ctypes) from "
+              "train.py:20 (train) while ranks 0, 2, 3 wait in all_reduce")
+    hang = {"schema": "relaunch.hang_evidence/v1", "anomaly_id": anomaly["anomaly_id"], "cluster": "local",
+            "job_id": "103", "attempt": 0, "status": "collected", "detail": "", "blame": "node",
+            "victims": [0, 2, 3], "suspects": [1], "suspect_nodes": ["node2"], "place": None, "reason": reason,
+            "ranks": [rank(0, "node1", "victim", collective="all_reduce"),
+                      rank(1, "node2", "suspect", where="native", place="train.py:20 (train)",
+                           call="clock_nanosleep in libc.so.6 through ctypes", frames=SUSPECT_FRAMES),
+                      rank(2, "node3", "victim", collective="all_reduce"),
+                      rank(3, "node4", "victim", collective="all_reduce")],
+            "elapsed_s": 2.4, "collected_at": at(42.6), "recorded_at": at(42.7)}
+    advice = {
+        "cluster": "local", "job_id": "103", "generation": 1, "attempt": 0, "operation": "restart",
+        "exclude_nodes": ["node2"], "reason": "hang: restarting without node2 (attempt 2 of at most 2)",
+        "evidence_refs": [f"anomaly:{anomaly['anomaly_id']}", f"node:node2:0.9:{reason}"],
+        "policy": {"max_attempts": 2}, "status": "CONVERGED", "status_reason": "successor is pending, unheld",
+        "issued_at": at(43), "expires_at": at(1843), "updated_at": at(45), "reconcile": []}
+    advice["evidence"] = evidence.resolve(advice["evidence_refs"], {anomaly["anomaly_id"]: anomaly})
+    job = {"cluster": "local", "job_id": "103", "name": "ddp4", "comment": "relaunch:max_attempts=2",
+           "partition": "gpu", "options": {"max_attempts": 2}, "option_errors": [], "mode": "act",
+           "state": "RUNNING", "reason": "", "restarts": 1, "verdict": "watching", "verdict_reason": "",
+           "first_seen": at(0), "updated_at": at(50), "mode_override": None}
+    return {"job": job, "attempts": [
+        {"index": 0, "state": "REQUEUED", "nodes": ["node1", "node2", "node3", "node4"], "exit_code": None,
+         "first_seen": at(1), "updated_at": at(44)}],
+        "anomalies": [anomaly], "advice": [advice], "audit": [], "overrides": [], "hang_evidence": [hang]}
+
+
 def sample_nodes() -> list[dict]:
     health = [{"cluster": "local", "node": "node1", "verdict": "failed", "reasons": ["XID 79 on GPU 3"],
                "xids": [], "at": at(58)},

@@ -69,6 +69,11 @@ def frame(seq: int, subject: str, data: bytes, at: dt.datetime | None, withheld:
         message = data.decode("utf-8", "replace")
     if withheld and isinstance(message, dict) and message.get("evidence"):
         message = {**message, "evidence": [], "evidence_withheld": withheld}
+    if withheld and isinstance(message, dict) and isinstance(message.get("ranks"), list):
+        # HangEvidence: the ranks' stack frames are the job's own text, withheld as its log lines are
+        # (relaunch.api.domain.evidence.withhold_lines does the same for the ledger's copy)
+        message = {**message, "evidence_withheld": withheld,
+                   "ranks": [{**r, "frames": []} if isinstance(r, dict) else r for r in message["ranks"]]}
     schema = message.get("schema") if isinstance(message, dict) else None
     body = json.dumps({"seq": seq, "subject": subject, "at": at.isoformat() if at else None, "schema": schema,
                        "message": message}, separators=(",", ":"))

@@ -13,7 +13,7 @@
   const STREAM_RETRY_MS = 30000;
   const PAGE = 50;
   const TICKER_MAX = 50;
-  const KIND_ORDER = { attempt: 0, anomaly: 1, advice: 2, reconcile: 3, override: 4, audit: 5 };
+  const KIND_ORDER = { attempt: 0, anomaly: 1, hang: 2, advice: 3, reconcile: 4, override: 5, audit: 6 };
   const state = { offset: 0, total: 0, filters: {}, selected: null, refreshTimer: null };
 
   const $ = (selector) => document.querySelector(selector);
@@ -195,6 +195,13 @@
                ...(an.evidence || []).map((line) => el("pre", { class: "evidence" },
                  `${line.path}@${line.offset}: ${line.text}`))] });
     }
+    for (const h of data.hang_evidence || []) {
+      const nodes = (h.suspect_nodes || []).length ? `suspect node${h.suspect_nodes.length > 1 ? "s" : ""} ${h.suspect_nodes.join(", ")}`
+        : "no node blamed";
+      entries.push({ kind: "hang", at: h.collected_at,
+        title: `hang evidence for attempt ${h.attempt}: ${h.status}, blame ${h.blame}, ${nodes} (read in ${h.elapsed_s} s)`,
+        body: hangBody(h, data.evidence_withheld) });
+    }
     for (const ad of data.advice) {
       const excluding = (ad.exclude_nodes || []).length ? ` excluding ${ad.exclude_nodes.join(", ")}` : "";
       const suspects = (ad.evidence && ad.evidence.suspects) || [];
@@ -219,6 +226,36 @@
                      body: au.detail ? el("p", { class: "detail muted" }, au.detail) : null });
     }
     return entries;
+  }
+
+  // What the actuator read of a hung job's ranks (HangEvidence, docs/architecture.md "Hang evidence"):
+  // the reason in words, the suspect rank's stack beside a victim's, every rank's part. The frames are
+  // the job's own text: where the API withholds log lines it sends none, and the page says so.
+  function hangBody(h, withheld) {
+    const ranks = h.ranks || [];
+    const suspect = ranks.find((r) => r.role === "suspect");
+    const victim = ranks.find((r) => r.role === "victim") || ranks.find((r) => r !== suspect);
+    const shown = [suspect, victim].filter(Boolean);
+    const framesWithheld = withheld && !ranks.some((r) => (r.frames || []).length);
+    const stack = (r) => el("figure", { class: "stack", dataset: { rank: r.rank, role: r.role } },
+      el("figcaption", {}, `rank ${r.rank} on ${r.node}: ${r.role}, ${r.collective || r.call || r.where}`,
+         r.place ? ` at ${r.place}` : "", ` (state ${r.state || "?"}${r.cpu_ticks === null || r.cpu_ticks === undefined ? "" : `, ${r.cpu_ticks} CPU ticks`})`),
+      (r.frames || []).length ? el("pre", { class: "frames" }, r.frames.join("\n"))
+        : el("p", { class: "muted" }, framesWithheld ? "frames withheld" : (r.error || "no frames read")));
+    return [
+      el("p", { class: "detail reason" }, h.reason || h.detail || "no reason recorded"),
+      h.reason && h.detail ? el("p", { class: "detail muted" }, h.detail) : null,
+      el("p", { class: "detail suspect-nodes" }, (h.suspect_nodes || []).length
+        ? `suspect node${h.suspect_nodes.length > 1 ? "s" : ""}: ${h.suspect_nodes.join(", ")}`
+        : `no node blamed (${h.blame})`),
+      framesWithheld ? el("p", { class: "detail muted withheld" },
+        `stack frames withheld: ${withheld} (the API token button)`) : null,
+      shown.length ? el("div", { class: "stacks" }, shown.map(stack)) : null,
+      ranks.length ? el("details", { class: "ranks" }, el("summary", {}, `every rank (${ranks.length})`),
+        el("ul", { class: "reasons" }, ranks.map((r) => el("li", { dataset: { rank: r.rank } },
+          `rank ${r.rank} on ${r.node} (pid ${r.pid}): ${r.role}, ${r.collective || r.call || r.where}`,
+          r.place ? ` at ${r.place}` : "", ` (state ${r.state || "?"})`, r.error ? ` — ${r.error}` : "")))) : null,
+    ];
   }
 
   // ---- nodes ----------------------------------------------------------------------------------
