@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-under-load test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-under-load test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan bench-hang reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-ingest  the detector's CPU per progress message, in process, beside a bare nats-py consumer (BEFORE=<checkout> beside another commit)"
 	@echo "make bench-failure  the detector's and the decider's CPU per failure (bench-load's 1,000 failures), in process (BEFORE=<checkout> beside another commit)"
 	@echo "make bench-scan  relaunch classify --json against grep -E on a 512 MiB realistic log (LOG= another)"
+	@echo "make bench-hang  RUNS (10) real stuck-rank trainings: the stuck rank and its node named within 20 s of the hang? (about 10 min)"
 	@echo "make reliability  the fault tests (tests/reliability, on the test stack), then docs/reliability.md from their results"
 	@echo "make fixtures  capture what each Slurm release prints (tests/fixtures/slurm) from fresh clusters"
 	@echo "SLURM=22.05|24.11|26.05 on setup/up/down/status/demo picks the Slurm release (default: the host's)"
@@ -114,6 +115,14 @@ bench-restart:
 LOG ?= /tmp/train-512.log
 bench-scan: setup
 	@set -o pipefail; $(PY) bench/scan_speed.py --log $(LOG) --runs 5 | tee bench/results/scan-speed.json
+
+# Issue 37's target on real runs: RUNS torchrun trainings (2 nodes x 1 and x 2 ranks) with one rank stopped in
+# a native call, on a stack of its own (.run/bench-hang, ports 18xxx), stopped afterwards; per run the rank and
+# node blamed against where the fault struck, seconds after the hang's declaration, the action. Results in
+# bench/results/hang-attribution.json; exits 1 when fewer than 9 in 10 are named within 20 s.
+RUNS ?= 10
+bench-hang: setup
+	@$(PY) bench/hang_attribution.py --runs $(RUNS)
 
 # On its own infrastructure (.run/bench-load, ports 15xxx), stopped afterwards: the bench starts its own
 # detector and decider (no actuator: the jobs exist only on the bus). Results in bench/results/.

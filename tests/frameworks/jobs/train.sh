@@ -2,7 +2,7 @@
 # One real training of the real-framework tier (tests/frameworks), as a Slurm batch job.
 #   FW_PY        the tier's venv's python (scripts/frameworks-venv.sh)
 #   FW_SCRIPTS   tests/frameworks/scripts;  FW_LIBS: relaunch's libs/*/src, for relaunch.client
-#   FW_RUN       hf | lightning | ddp | ddp2 (torchrun on two nodes, one process each)
+#   FW_RUN       hf | lightning | ddp | ddp2 (torchrun on two nodes, FW_NPROC processes each, default 1)
 #   FW_ARGS      the training script's arguments;  FAULT, FAULT_STEP, ...: faults.py
 #SBATCH --open-mode=append
 set -u
@@ -20,7 +20,7 @@ case "$FW_RUN" in
   lightning) exec "$FW_PY" "$FW_SCRIPTS/lightning_train.py" $FW_ARGS ;;
   ddp) "$bin/torchrun" --standalone --nproc_per_node 2 \
          "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
-  ddp2) srun --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+  ddp2) srun --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node "${FW_NPROC:-1}" --rdzv_backend c10d \
           --rdzv_endpoint "127.0.0.1:$((20000 + SLURM_JOB_ID % 10000))" --rdzv_id "$SLURM_JOB_ID" \
           "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
 esac

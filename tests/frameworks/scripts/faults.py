@@ -7,11 +7,13 @@ processes of node FAULT_NODE, its torchrun agent included, are SIGKILLed: a node
 loss becomes NaN from FAULT_STEP on), worker (a DataLoader worker is killed by a signal), shape (a shape
 error in the model), module (a missing module is imported), native (a rank stops in a native call, a C
 sleep through ctypes, as in a hung driver call), loader (every rank blocks reading its data: a read on
-a pipe nobody writes, inside the DataLoader's fetch)."""
+a pipe nobody writes, inside the DataLoader's fetch). FAULT_MARK=<folder>: stuck and native write where
+they struck there (_mark)."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import time
@@ -42,11 +44,25 @@ def at_step(step: int) -> None:
         os.kill(os.getppid(), signal.SIGKILL)  # the torchrun agent
         os.kill(os.getpid(), signal.SIGKILL)
     if (KIND == "stuck" and mine) or KIND == "stop":
+        _mark()
         while True:
             time.sleep(3600)
     if KIND == "native" and mine:
+        _mark()
         while True:
             ctypes.CDLL(None).sleep(3600)
+
+
+def _mark() -> None:
+    """With FAULT_MARK=<folder>: where the fault struck (rank, node, pid), for a test or bench to judge
+    whom relaunch blamed against the truth rather than against its own reading of the job. A file, not
+    a log line, so that the detector's reading of the log is the same with or without it."""
+    folder = os.environ.get("FAULT_MARK")
+    if folder:
+        name = f"fault-{os.environ.get('SLURM_JOB_ID', 'x')}-{os.environ.get('SLURM_RESTART_COUNT') or 0}-{rank()}.json"
+        with open(os.path.join(folder, name), "w") as fh:
+            json.dump({"kind": KIND, "rank": rank(), "node": os.environ.get("SLURMD_NODENAME", ""),
+                       "pid": os.getpid(), "at": time.time()}, fh)
 
 
 class Loader:
