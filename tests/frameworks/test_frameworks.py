@@ -166,11 +166,39 @@ PAUSE_CASES = [
     Case("hf evaluation pauses", "hf", f"25 --eval-every 10 --eval-seconds {PAUSES}", R, decision="none"),
     Case("lightning validation pauses", "lightning", f"25 --plain --eval-every 10 --eval-seconds {PAUSES}", R,
          decision="none"),
+    # a checkpoint save every 10 steps (Megatron-LM's save lines), each as long as the evaluations
+    Case("ddp checkpoint saves", "ddp", f"25 --save-every 10 --save-seconds {PAUSES}", R,
+         env={"LOG_FORMAT": "megatron"}, decision="none"),
 ]
 
 
 def test_healthy_evaluation_pauses_are_never_hangs(services, frameworks_python, capsys):
     _judge(PAUSE_CASES, services, frameworks_python, capsys, "frameworks-pauses.json")
+
+
+def _published_hang_evidence(job: str) -> int:
+    """How many HangEvidence messages the bus holds for the job (EVENTS keeps them 30 days): the ledger
+    could miss one the decider did not record, the stream cannot."""
+    import asyncio
+
+    import nats
+    from nats.js.errors import NotFoundError
+    from relaunch.common import subjects
+
+    async def count() -> int:
+        password = Path(os.environ["RELAUNCH_NATS_PASSWORD_FILE"]).read_text().strip()
+        nc = await nats.connect(os.environ["RELAUNCH_NATS_URL"].split(","), user=os.environ["RELAUNCH_NATS_USER"],
+                                password=password, connect_timeout=5, allow_reconnect=False)
+        try:
+            await nc.jetstream().get_last_msg(subjects.EVENTS.name,
+                                              subjects.event_hang_evidence(os.environ["RELAUNCH_CLUSTER"], job))
+            return 1
+        except NotFoundError:
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
 
 
 def _judge(cases: list[Case], services: dict, frameworks_python: str, capsys, report: str) -> None:
@@ -219,6 +247,9 @@ def _judge(cases: list[Case], services: dict, frameworks_python: str, capsys, re
         problems = []
         if case.kind is None and anomalies:
             problems.append(f"flagged a healthy run: {first['category']}: {first['summary'][:200]}")
+        if case.kind is None and (record.get("hang_evidence") or _published_hang_evidence(jobs[case.name])):
+            # a healthy run is never read from outside (issue 37): nothing collected, nothing blamed
+            problems.append(f"hang evidence collected on a healthy run: {record.get('hang_evidence')}")
         if case.kind is not None and (first is None or first["kind"] not in case.kind.split("|")):
             problems.append(f"expected a {case.kind}, got {first and (first['kind'], first['signature_id'])}")
         if first is not None and case.signature and case.signature not in first["signature_id"]:

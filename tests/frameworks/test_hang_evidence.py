@@ -1,8 +1,10 @@
-"""Hang evidence on real trainings (issue 37): torchrun DDP on gloo, 2 ranks (on two nodes, or one), a
+"""Hang evidence on real trainings (issue 37): torchrun DDP on gloo, 2 ranks (on two nodes, or one) or 4 (two on each of two nodes), a
 hang of each kind, and what relaunch read from outside the job (py-spy, /proc, through `srun --overlap`),
 whom it blamed, how long after the hang's declaration, and what it did:
 
-- a rank stuck in a native call (a C sleep through ctypes): its node blamed and left out of the restart;
+- a rank stuck in a native call (a C sleep through ctypes): its node blamed and left out of the restart,
+  with one rank on each of 2 nodes and with 2 ranks on each of 2 nodes (4 ranks: the stuck one is told
+  from its node's neighbour, which waits in the collective with the others);
 - a rank stuck in the user's Python (time.sleep in the training loop's code), on every attempt: no node
   blamed, restarted once, then stopped (cancelled) as a deadlock at the same place (rule hang_deadlock);
 - every rank blocked in its data loading: no one blamed, restarted as without evidence.
@@ -11,9 +13,12 @@ The table of cases x (blamed, seconds after the hang, action) is printed (`-s` s
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from slurmjobs import job_fields, ledger
@@ -30,11 +35,16 @@ CASES = [
          sbatch=("-N", "2", "-c", "1")),
     Case("ddp every rank stuck in its data loader", "ddp", "30", R + ",max_attempts=2",
          env={"FAULT": "loader", "FAULT_STEP": "8"}),
+    # 2 nodes x 2 ranks; one CPU per node (Slurm's accounting: the cases share 4 nodes x 2 CPUs at once)
+    Case("ddp 2x2 rank stuck in a native call", "ddp2", "30", R + ",max_attempts=2",
+         env={"FAULT": "native", "FAULT_STEP": "8", "FAULT_RANK": "3", "FW_NPROC": "2"},
+         sbatch=("-N", "2", "--ntasks-per-node", "1", "-c", "1")),
 ]
 EXPECT = {  # per case: the first evidence's blame, the first decision, the job's end
     CASES[0].name: ("node", "restart", "COMPLETED"),
     CASES[1].name: ("user_code", "restart", "CANCELLED"),
     CASES[2].name: ("none", "restart", "COMPLETED"),
+    CASES[3].name: ("node", "restart", "COMPLETED"),
 }
 
 
@@ -53,7 +63,12 @@ def _settled(job: str, want_state: str) -> dict | None:
 
 
 def test_hangs_are_attributed_from_outside_the_job(services, frameworks_python, capsys):
-    jobs = {case.name: _submit(case, services, frameworks_python) for case in CASES}
+    # where each fault really struck (faults.py writes rank, node and pid there): rendezvous, not the
+    # node order, gives torchrun's ranks their numbers, so the truth is read, not assumed
+    marks = Path(services["RELAUNCH_RUN_DIR"]) / "fault-marks"
+    marks.mkdir(exist_ok=True)
+    jobs = {case.name: _submit(dataclasses.replace(case, env={**case.env, "FAULT_MARK": str(marks)}), services,
+                               frameworks_python) for case in CASES}
     settled: dict[str, dict] = {}
     deadline = time.monotonic() + 540
     try:
@@ -93,9 +108,14 @@ def test_hangs_are_attributed_from_outside_the_job(services, frameworks_python, 
             if first["blame"] != blame:
                 problems.append(f"blamed {first['blame']}, expected {blame}: {first['reason']}")
             if blame == "node":
-                node_of = {r["rank"]: r["node"] for r in first["ranks"]}
-                if first["suspects"] != [1] or first["suspect_nodes"] != [node_of.get(1)]:
-                    problems.append(f"suspects {first['suspects']} on {first['suspect_nodes']}, expected rank 1's node")
+                stuck = int(case.env["FAULT_RANK"])
+                truth = [json.loads(f.read_text()) for f in marks.glob(f"fault-{job}-0-*.json")]
+                where = truth[0]["node"] if truth else "(no mark written)"
+                if first["suspects"] != [stuck] or first["suspect_nodes"] != [where]:
+                    problems.append(f"suspects {first['suspects']} on {first['suspect_nodes']}, expected rank {stuck} "
+                                    f"on {where}")
+                if len(first["ranks"]) != int(case.env.get("FW_NPROC", "1")) * 2:
+                    problems.append(f"read {len(first['ranks'])} ranks: {[r['rank'] for r in first['ranks']]}")
                 if not advice or advice[0].get("exclude_nodes") != first["suspect_nodes"]:
                     problems.append(f"the restart did not leave out {first['suspect_nodes']}: {advice[:1]}")
             elif advice and advice[0].get("exclude_nodes"):

@@ -2,7 +2,12 @@
 the format LOG_FORMAT names: plain (`step N/M | loss X | T s/step`), megatron, torchtitan or deepspeed
 (each the way that framework prints it), so the detector's presets meet real runs of real ranks.
 
-    torchrun --nproc_per_node 2 ddp_train.py STEPS   (FAULT=... see faults.py; PG_TIMEOUT=<s> on the faulted attempt)"""
+    torchrun --nproc_per_node 2 ddp_train.py STEPS [--save-every N --save-seconds S]
+    (FAULT=... see faults.py; PG_TIMEOUT=<s> on the faulted attempt)
+
+--save-every: a checkpoint save after every N steps (not after the last) lasting about S seconds on every
+rank, announced as Megatron-LM announces its saves (`saving checkpoint at iteration N to ...`, then
+`successfully saved checkpoint from iteration N to ...`): a healthy pause."""
 
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ def line(step: int, steps: int, loss: float, grad: float, took: float) -> str:
 
 def main() -> None:
     steps = int(sys.argv[1])
+    every, pause = int(_option("--save-every") or 0), float(_option("--save-seconds") or 30)
     torch.set_num_threads(1)
     # PG_TIMEOUT (a short collective timeout) is for the attempt the fault strikes: on a restart, ranks of a
     # busy 2-core machine can be seconds apart building the model, and a 3 s timeout then fails the
@@ -76,7 +82,24 @@ def main() -> None:
         took, started = time.monotonic() - started, time.monotonic()
         if rank == 0:
             print(line(step, steps, loss.item(), grad, took), flush=True)
+        if every and step % every == 0 and step < steps:
+            save(step, pause, rank)
+            started = time.monotonic()
     dist.destroy_process_group()
+
+
+def save(step: int, seconds: float, rank: int) -> None:
+    """Every rank writes its shard (here: waits), then all meet, as a distributed checkpoint does."""
+    if rank == 0:
+        print(f" saving checkpoint at iteration {step:8d} to ckpt in torch_dist format", flush=True)
+    time.sleep(seconds)
+    dist.barrier()
+    if rank == 0:
+        print(f"  successfully saved checkpoint from iteration {step:8d} to ckpt [ t 1/1, p 1/1 ]", flush=True)
+
+
+def _option(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
 
 
 if __name__ == "__main__":
