@@ -277,3 +277,26 @@ def test_dashboard_is_served_with_a_policy_that_forbids_outside_content(api):
         assert "http://" not in text and "https://" not in text  # nothing loaded from elsewhere
     js = api.get("/static/dashboard.js").text
     assert "innerHTML" not in js and "eval(" not in js  # ledger text never becomes markup or code
+
+
+def test_each_job_says_its_outcome_in_words(api, fakes):
+    # The reader gives each attempt's first anomaly (ledger_read._FAILURES); the route makes the sentence.
+    fakes.ledger.rows[0]["failures"] = [{"attempt": 0, "kind": "crash", "category": "gpu_fell_off_bus",
+                                         "summary": "", "evidence": []}]
+    jobs = {j["job_id"]: j for j in api.get("/v1/jobs").json()["jobs"]}
+    assert jobs["101"]["outcome"] == "recovered after GPU fell off bus, 1 restart; running"
+    assert jobs["102"]["outcome"] == "completed"  # COMPLETED, verdict watching: not "watching"
+    assert "failures" not in jobs["101"]
+    body = api.get("/v1/jobs/local/101").json()
+    assert body["job"]["outcome"] == jobs["101"]["outcome"]  # the job page leads with the same sentence
+
+
+def test_state_and_verdict_filters_take_any_case(api, fakes):
+    body = api.get("/v1/jobs", params={"state": "running", "verdict": "Watching"}).json()
+    assert [j["job_id"] for j in body["jobs"]] == ["101"]
+    assert fakes.ledger.calls[-1][1]["states"] == ["RUNNING"] and fakes.ledger.calls[-1][1]["verdicts"] == ["watching"]
+
+
+def test_slurms_none_reason_is_shown_as_no_reason(api, fakes):
+    fakes.ledger.rows[0]["reason"] = "None"  # written by an actuator from before issue 40
+    assert api.get("/v1/jobs").json()["jobs"][0]["reason"] == ""

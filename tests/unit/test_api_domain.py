@@ -101,3 +101,18 @@ def test_a_clearance_marks_what_came_before_it_forgotten_and_keeps_it():
     assert n1["cleared"] == {"at": "2026-12-01T09:00:00+00:00", "actor": "ana", "reason": "reseated"}
     assert [(h["reasons"], h["forgotten"]) for h in n1["history"]] == [(["XID 48"], False), (["XID 79"], True)]
     assert [x["forgotten"] for x in n1["excluded_by"]] == [True]
+
+
+def test_an_advice_says_what_was_really_excluded():
+    from relaunch.api.domain.evidence import exclusion
+
+    # sbatch -w node2: the decider blamed node2, the actuator kept it (the job requires it).
+    steps = [{"status": "CONVERGED", "detail": "successor released; not excluded: node2, which the job requires "
+                                               "(ReqNodeList=node1,node2, sbatch -w): ..."}]
+    kept = exclusion({"operation": "restart", "exclude_nodes": ["node2"], "status": "CONVERGED", "reconcile": steps})
+    assert kept["excluded"] == [] and kept["kept"] == ["node2"]
+    assert kept["exclusion_words"].startswith("restart; node2 kept: the job requires it")
+    left_out = exclusion({"operation": "restart", "exclude_nodes": ["node3"], "status": "CONVERGED", "reconcile": []})
+    assert left_out == {"excluded": ["node3"], "kept": [], "exclusion_words": "restart without node3"}
+    pending = exclusion({"operation": "restart", "exclude_nodes": ["node3"], "status": "PENDING", "reconcile": []})
+    assert pending["exclusion_words"] == "restart, asking to leave out node3"

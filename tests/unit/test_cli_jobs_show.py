@@ -86,3 +86,40 @@ def test_jobs_list_cells_are_text_not_markup(monkeypatch):
     monkeypatch.setattr(cli, "console", Console(width=400))
     out = CliRunner().invoke(cli.app, ["jobs"]).stdout_bytes
     assert b"\x1b" not in out and b"\x07" not in out and b"[bold red]x[/]" in out
+
+
+def test_jobs_list_says_each_outcome_in_words_within_80_columns(monkeypatch):
+    long = "stopped: ModuleNotFoundError in train.py after 2 restarts, and more words that wrap within the column"
+    rows = {"jobs": [{**JOB["job"], "job_id": "7", "state": "COMPLETED", "verdict": "watching", "restarts": 0,
+                      "attempt_count": 1, "name": "a-very-long-training-run-name"},
+                     {**JOB["job"], "job_id": "8", "attempt_count": 3, "outcome": long}]}
+    monkeypatch.setattr(cli, "_get", lambda path, params=None: rows)
+    out = CliRunner().invoke(cli.app, ["jobs"], env={"COLUMNS": "200"}).output
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    assert any(" completed" in line for line in lines if line.lstrip().startswith("7")), out  # not "watching"
+    assert "watching" not in out
+    assert " ".join(" ".join(lines).split()).count("more words that wrap within the column") == 1, out
+
+
+def test_jobs_show_leads_with_the_outcome_and_says_the_mode_in_force(monkeypatch):
+    job = {**JOB["job"], "mode": "act", "mode_override": "observe", "outcome": "running (observe-only)"}
+    monkeypatch.setattr(cli, "_get", lambda path: {**JOB, "job": job})
+    out = CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"]).output
+    assert out.splitlines()[0].endswith("flaky: running (observe-only)"), out
+    assert "mode=observe (operator override observe; the comment says act)" in out
+    monkeypatch.setattr(cli, "_get", lambda path: {**JOB, "job": {**job, "mode_override": None}})
+    assert "mode=act" in CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"]).output
+
+
+def test_jobs_show_says_what_was_really_excluded_in_words(monkeypatch):
+    advice = {"generation": 1, "operation": "restart", "exclude_nodes": ["node2"], "status": "CONVERGED",
+              "status_reason": "desired state observed", "reason": "", "reconcile": [], "evidence": {},
+              "exclusion_words": "restart; node2 kept: the job requires it (sbatch -w), so it was not excluded"}
+    monkeypatch.setattr(cli, "_get", lambda path: {**JOB, "advice": [advice], "audit": []})
+    out = CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"]).output
+    assert "advice gen 1: restart; node2 kept: the job requires it" in out and "['node2']" not in out
+    monkeypatch.setattr(cli, "_get", lambda path: {**JOB, "advice": [{**advice, "exclusion_words": None}],
+                                                   "audit": []})  # an API from before issue 40
+    out = CliRunner().invoke(cli.app, ["jobs", "show", "7", "--cluster", "demo"]).output
+    assert "advice gen 1: restart without node2" in out and "['node2']" not in out

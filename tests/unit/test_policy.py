@@ -47,3 +47,14 @@ def test_stragglers_are_reported_unless_the_job_opts_in():
     assert decide(History(), straggler, Policy(), NOW).kind == "report"
     d = decide(History(), straggler, Policy(straggler=True), NOW)
     assert d.kind == "restart" and d.exclude_nodes == ("node3",)
+
+
+def test_an_observed_job_records_what_act_mode_would_have_done():
+    # docs/policy.md, "Errors": observe-only, relaunch records what it would do and touches nothing.
+    observed = Policy(observe_only=True, option_errors=("unknown option 'colour'",))
+    d = decide(History(), anomaly(action="restart_excluding", nodes=["node2"]), observed, NOW)
+    assert d.kind == "observe" and d.exclude_nodes == () and d.expires_at is None  # nothing to carry out
+    assert d.would is not None and d.would.kind == "restart" and d.would.exclude_nodes == ("node2",)
+    assert "unknown option 'colour'" in d.reason and "would have restarted it without node2" in d.reason
+    d = decide(History(), anomaly(attempt=2), observed, NOW)
+    assert d.would.kind == "stop" and "would have stopped it (max_attempts)" in d.reason

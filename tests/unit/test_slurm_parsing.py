@@ -85,3 +85,14 @@ def test_only_opted_in_jobs_are_observed():
     assert [j.job_id for j in jobs] == ["1", "3"]
     assert jobs[0].nodes == ("node1", "node2") and jobs[0].exit_code is None
     assert jobs[1].exit_code == 1 and jobs[1].restarts == 1
+
+
+def test_slurms_none_reason_is_no_reason():
+    # squeue writes state_reason "None" for a job with no reason: the API said "reason": "None" (issue 40).
+    listing = {"jobs": [
+        {"job_id": 1, "name": "a", "job_state": "RUNNING", "restart_cnt": 0, "nodes": "node1",
+         "comment": "relaunch", "exit_code": 0, "state_reason": "None"},
+        {"job_id": 3, "name": "c", "job_state": "FAILED", "restart_cnt": 1, "nodes": "node4",
+         "comment": "relaunch", "exit_code": 256, "state_reason": "NonZeroExitCode"},
+    ]}
+    assert [j.reason for j in opted_in_jobs(listing)] == ["", "NonZeroExitCode"]

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import httpx
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from relaunch.common.optin import GRAMMAR_VERSION, parse_comment
+from relaunch.common.outcome_words import outcome
 from relaunch.common.schemas import dump
 
 from . import classify_command, inject, operator_cli
@@ -89,12 +91,20 @@ def jobs(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this c
     if as_json:
         print(json.dumps(data["jobs"], indent=2))
         return
-    table = Table("cluster", "job", "name", "state", "attempts", "verdict", "why")
+    # One line per job in 80 columns: the outcome in words (relaunch.common.outcome_words, computed by
+    # the API) wraps inside its column, never cut mid-sentence; names are cut with an ellipsis.
+    clusters = {job["cluster"] for job in data["jobs"]}
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+    if len(clusters) > 1:
+        table.add_column("cluster", no_wrap=True, max_width=10, overflow="ellipsis")
+    table.add_column("job", no_wrap=True)
+    table.add_column("name", no_wrap=True, max_width=16, overflow="ellipsis")
+    table.add_column("outcome", overflow="fold", ratio=1)
     for job in data["jobs"]:
         # Every cell is text from the ledger: shown (no markup, control characters escaped).
-        table.add_row(shown(job["cluster"]), shown(job["job_id"]), shown(job["name"]), shown(job["state"]),
-                      str(job["attempt_count"]), shown(job["verdict"]), shown(job["verdict_reason"][:80]))
-    console.print(table)
+        cells = [shown(job["cluster"])] if len(clusters) > 1 else []
+        table.add_row(*cells, shown(job["job_id"]), shown(job["name"]), shown(job.get("outcome") or outcome(job)))
+    console.print(table, width=min(console.width, 80))
 
 
 @jobs_app.command("show")
@@ -109,13 +119,26 @@ def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name 
     _print_job(data)
 
 
+def _mode(job: dict) -> str:
+    """The mode in force: an operator's observe beats the comment; act takes it back but never makes
+    a job with invalid options act (docs/operator-guide.md)."""
+    opted, override = job.get("mode") or "act", job.get("mode_override")
+    if override is None:
+        return opted
+    effective = "observe" if "observe" in (opted, override) else "act"
+    return f"{effective} (operator override {override}; the comment says {opted})"
+
+
 def _print_job(data: dict) -> None:
     """The text form of `relaunch jobs show`. Everything in `data` comes from a job or the ledger and
     is untrusted (names, comments, log lines, paths, reasons): each value goes through `shown`, so
     no escape sequence reaches the terminal and no bracket is read as markup."""
     job = data["job"]
-    console.print(f"[bold]job {shown(job['job_id'])}[/bold] on {shown(job['cluster'])}: {shown(job['name'])}  "
-                  f"state={shown(job['state'])}  verdict={shown(job['verdict'])}", highlight=False)
+    sentence = job.get("outcome") or outcome(job, data.get("anomalies") or [])
+    console.print(f"[bold]job {shown(job['job_id'])}[/bold] on {shown(job['cluster'])}: {shown(job['name'])}: "
+                  f"{shown(sentence)}", highlight=False, soft_wrap=True)
+    console.print(f"  state={shown(job['state'])}  verdict={shown(job['verdict'])}  mode={shown(_mode(job))}",
+                  highlight=False, soft_wrap=True)
     if job["verdict_reason"]:
         console.print(f"  why: {shown(job['verdict_reason'])}", highlight=False)
     for a in data["attempts"]:
@@ -144,9 +167,12 @@ def _print_job(data: dict) -> None:
             for frame in (r.get("frames") or [])[:6]:
                 console.print(f"          {shown(frame[:160])}", highlight=False)
     for ad in data["advice"]:
-        console.print(f"  advice gen {shown(ad['generation'])}: {shown(ad['operation'])} "
-                      f"exclude={shown(ad['exclude_nodes'] or '-')} → {shown(ad['status'])} "
-                      f"{shown(ad['status_reason'])}", highlight=False)
+        # What was really left out, in words (the API reads the actuator's steps: a node the job
+        # requires is kept); an older API gives only the nodes asked for.
+        what = ad.get("exclusion_words") or (f"{ad['operation']} without {', '.join(ad['exclude_nodes'])}"
+                                             if ad["exclude_nodes"] else ad["operation"])
+        console.print(f"  advice gen {shown(ad['generation'])}: {shown(what)} → {shown(ad['status'])} "
+                      f"{shown(ad['status_reason'])}", highlight=False, soft_wrap=True)
         if ad.get("reason"):
             console.print(f"      why: {shown(ad['reason'])}", highlight=False, soft_wrap=True)
         # The API says each fault once ("..., seen 6x 05:45:34-05:46:24": relaunch.common.repeats).

@@ -279,6 +279,9 @@ class Decider:
         if decision.kind == "report":
             await tx.audit("report", detail, key, now)
             return None
+        if decision.would is not None:  # observe: what act mode would have done, in the ledger's audit
+            detail["would"] = {"action": decision.would.kind, "rule": decision.would.rule,
+                               "exclude_nodes": list(decision.would.exclude_nodes), "reason": decision.would.reason}
         if decision.kind in ("stop", "observe"):
             await tx.audit(decision.kind, detail, key, now)
             await tx.set_verdict("stopped" if decision.kind == "stop" else "observing", decision.reason)

@@ -156,6 +156,10 @@ def read_listing(squeue_json: dict) -> Listing:
     return Listing(tuple(jobs), frozenset(listed), tuple(problems))
 
 
+def _no_reason(reason: str) -> str:
+    return "" if reason == "None" else reason
+
+
 def _read_job(job_id: str, entry: dict) -> tuple[SqueueJob | None, list[UnreadableField]]:
     missing: list[UnreadableField] = []
 
@@ -194,7 +198,8 @@ def _read_job(job_id: str, entry: dict) -> tuple[SqueueJob | None, list[Unreadab
         job_id=job_id,
         name=read("name", text, ""),
         state=state[0],
-        reason=read("state_reason", text, ""),
+        # Slurm writes "None" when a job has no reason; relaunch's readers (the API, the ledger) get "".
+        reason=_no_reason(read("state_reason", text, "")),
         restarts=restarts,
         nodes=nodes,
         comment=comment,

@@ -13,7 +13,7 @@ import asyncpg
 
 from ..domain import evidence, fleet, nodes
 
-_JSON_COLUMNS = ("options", "option_errors", "evidence", "evidence_refs", "policy", "reasons", "xids")
+_JSON_COLUMNS = ("options", "option_errors", "evidence", "evidence_refs", "policy", "reasons", "xids", "failures")
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -31,6 +31,16 @@ def _row(record: asyncpg.Record) -> dict[str, Any]:
 _OVERRIDE = """LEFT JOIN LATERAL (SELECT o.mode FROM operator_overrides o
                                   WHERE o.cluster=j.cluster AND o.job_id=j.job_id
                                   ORDER BY o.at DESC, o.id DESC LIMIT 1) ov ON true"""
+# Each attempt's first anomaly (its initiating error; stragglers are slow runs, not failures), with
+# its first evidence lines: what relaunch.common.outcome_words needs for a job's outcome sentence.
+_FAILURES = """(SELECT coalesce(jsonb_agg(jsonb_build_object('attempt', f.attempt, 'kind', f.kind,
+                       'category', f.category, 'summary', left(f.summary, 500), 'evidence', f.evidence)
+                       ORDER BY f.attempt), '[]'::jsonb)
+                FROM (SELECT DISTINCT ON (a.attempt) a.attempt, a.kind, a.category, a.summary,
+                             (SELECT coalesce(jsonb_agg(l.e), '[]'::jsonb)
+                              FROM (SELECT e FROM jsonb_array_elements(a.evidence) e LIMIT 20) l) AS evidence
+                      FROM anomalies a WHERE a.cluster=j.cluster AND a.job_id=j.job_id AND a.kind <> 'straggler'
+                      ORDER BY a.attempt, a.detected_at) f) AS failures"""
 _JOB_FILTER = """($1::text IS NULL OR j.cluster=$1) AND ($2::text[] IS NULL OR j.state = ANY($2))
                  AND ($3::text[] IS NULL OR j.verdict = ANY($3))"""
 
@@ -47,10 +57,11 @@ class LedgerReader:
 
     async def jobs(self, cluster: str | None = None, states: list[str] | None = None,
                    verdicts: list[str] | None = None, limit: int = 50, offset: int = 0) -> tuple[list[dict], int]:
-        """Jobs newest activity first, and how many match in all (for pagination)."""
+        """Jobs newest activity first, and how many match in all (for pagination); each with `failures`
+        (each attempt's first anomaly: the route turns them into the job's `outcome` and drops them)."""
         filters = (cluster, states or None, verdicts or None)
         rows = await self.pool.fetch(
-            f"""SELECT j.*, ov.mode AS mode_override,
+            f"""SELECT j.*, ov.mode AS mode_override, {_FAILURES},
                    (SELECT count(*) FROM attempts a WHERE a.cluster=j.cluster AND a.job_id=j.job_id) AS attempt_count
                FROM jobs j {_OVERRIDE} WHERE {_JOB_FILTER}
                ORDER BY j.updated_at DESC, j.cluster, j.job_id LIMIT $4 OFFSET $5""",
@@ -93,6 +104,7 @@ class LedgerReader:
             item = _row(a)
             item["evidence"] = evidence.resolve(item.get("evidence_refs") or [], by_id)
             item["reconcile"] = [_row(s) for s in steps if s["generation"] == a["generation"]]
+            item.update(evidence.exclusion(item))  # what was really left out, in words too
             advice_out.append(item)
         # The first five keys are what `relaunch jobs show --json` promises; later ones are additive.
         return {

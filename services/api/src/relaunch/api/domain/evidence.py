@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import re
+
 from relaunch.common.repeats import collapse
+
+_NOT_EXCLUDED = re.compile(r"not excluded: ([^\s,;]+(?:,[^\s,;]+)*), which the job requires")
+"""The actuator's note on a CONVERGED step when it kept nodes the job requires (sbatch -w):
+relaunch.actuator.domain.reconciling._dropped_note."""
 
 
 def resolve(refs: Iterable[str], anomalies: Mapping[str, Mapping[str, Any]]) -> dict[str, list]:
@@ -86,3 +92,26 @@ def withhold_lines(detail: dict[str, Any], why: str) -> dict[str, Any]:
             # the ranks' stack frames are the job's own text too; the verdict and its reason stay
             "hang_evidence": [{**h, "ranks": [{**r, "frames": []} for r in h.get("ranks") or []]}
                               for h in detail.get("hang_evidence") or []]}
+
+
+def exclusion(advice: Mapping[str, Any]) -> dict[str, Any]:
+    """What an Advice really left out, from its reconcile steps: `excluded` (the nodes the restart ran
+    without), `kept` (nodes the decider blamed that the actuator kept because the job requires them),
+    and `exclusion_words`, the same in words ("restart without node3", "restart; node2 kept: the job
+    requires it"). Until the restart converges the words say what is asked, not what was done."""
+    asked = list(advice.get("exclude_nodes") or [])
+    kept: list[str] = []
+    for step in advice.get("reconcile") or []:
+        found = _NOT_EXCLUDED.search(str(step.get("detail") or ""))
+        if found:
+            kept = [n for n in found.group(1).split(",") if n in asked]
+    excluded = [n for n in asked if n not in kept]
+    operation = str(advice.get("operation") or "")
+    converged = advice.get("status") == "CONVERGED"
+    words = operation
+    if excluded:
+        words += f" without {', '.join(excluded)}" if converged else f", asking to leave out {', '.join(excluded)}"
+    if kept:
+        words += (f"; {', '.join(kept)} kept: the job requires {'it' if len(kept) == 1 else 'them'} "
+                  "(sbatch -w), so it was not excluded")
+    return {"excluded": excluded, "kept": kept, "exclusion_words": words}

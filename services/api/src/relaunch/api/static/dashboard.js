@@ -173,7 +173,9 @@
   function renderSummary(job) {
     const mode = job.mode_override ? `${job.mode_override} (operator override; opt-in says ${job.mode})` : job.mode;
     $("#timeline-title").textContent = `Timeline of job ${job.job_id} on ${job.cluster}${job.name ? ` (${job.name})` : ""}`;
-    $("#job-summary").replaceChildren(el("p", { class: "detail" },
+    // The page leads with the sentence `relaunch jobs` prints (relaunch.common.outcome_words, via the API).
+    $("#job-summary").replaceChildren(...(job.outcome ? [el("p", { class: "outcome" }, job.outcome)] : []),
+      el("p", { class: "detail" },
       "state ", badge(job.state || "?"), " verdict ", badge(job.verdict), ` mode ${mode}, restarts ${job.restarts}`,
       job.verdict_reason ? ` — ${job.verdict_reason}` : "",
       job.comment ? el("span", { class: "muted" }, ` comment: ${job.comment}`) : null));
@@ -203,7 +205,9 @@
         body: hangBody(h, data.evidence_withheld) });
     }
     for (const ad of data.advice) {
-      const excluding = (ad.exclude_nodes || []).length ? ` excluding ${ad.exclude_nodes.join(", ")}` : "";
+      // What was really left out, in words (the API reads the actuator's steps: a required node is kept).
+      const excluding = ad.exclusion_words ? ad.exclusion_words.slice(ad.operation.length)
+        : (ad.exclude_nodes || []).length ? ` excluding ${ad.exclude_nodes.join(", ")}` : "";
       const suspects = (ad.evidence && ad.evidence.suspects) || [];
       entries.push({ kind: "advice", at: ad.issued_at,
         title: `generation ${ad.generation} for attempt ${ad.attempt}: ${ad.operation}${excluding} → ${ad.status}`,

@@ -45,7 +45,7 @@ else from the ledger's record of the attempt.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from relaunch.common.policies.model import Budgets, Policy
@@ -82,6 +82,16 @@ class Decision:
     fault_class: str = "unknown"
     left_in: tuple[str, ...] = ()
     """Suspects the restart does not leave out (max_exclude reached, or the partition too small)."""
+    would: Decision | None = None
+    """observe: the decision relaunch would have taken in act mode (recorded, never carried out)."""
+
+
+def would_have(would: Decision) -> str:
+    """`would` in words, for an observe decision's reason ("" when it would have done nothing)."""
+    without = f" without {', '.join(would.exclude_nodes)}" if would.exclude_nodes else ""
+    words = {"restart": f"restarted it{without}", "terminate": "cancelled it", "stop": "stopped it",
+             "report": "only reported it"}.get(would.kind)
+    return f"; in act mode relaunch would have {words} ({would.rule})" if words else ""
 
 
 def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.datetime,
@@ -128,9 +138,11 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
         return Decision("join", "launch_refused", f"joined advice generation {began.generation}: {reason}",
                         generation=began.generation, fault_class=klass)
     if policy.observe_only:
+        # What relaunch would have done with the options set aside: recorded (docs/policy.md, "Errors").
+        would = decide(history, anomaly, replace(policy, observe_only=False), now, suspects, deadlock)
         return Decision("observe", "observe_only",
                         "the job's relaunch options are invalid, so it is only observed: "
-                        + "; ".join(policy.option_errors), fault_class=klass)
+                        + "; ".join(policy.option_errors) + would_have(would), fault_class=klass, would=would)
     if anomaly.kind == "straggler" and not policy.straggler:
         return Decision("report", "straggler_report_only",
                         f"straggler reported, not acted on (the job's comment does not say straggler=on): "

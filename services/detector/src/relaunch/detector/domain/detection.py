@@ -183,13 +183,13 @@ def crash_from_scheduler(observed: JobObserved, now: dt.datetime, log_problem: s
     category, domain, action, summary = fallback
     signature = f"scheduler_{state.lower()}"
     exit_note = f" (exit code {observed.exit_code})" if observed.exit_code is not None else ""
-    summary = f"{summary}: Slurm reports {observed.state} reason={observed.reason}{exit_note}"
+    summary = f"{summary}: Slurm reports {observed.state} reason={observed.reason or 'None'}{exit_note}"
     if log_problem:
         if observed.state == "FAILED":
             category, action, signature = LOG_UNREAD, "stop", "scheduler_failed_log_unread"
             summary = (f"the job failed and relaunch could not read its log ({log_problem}), so an error in the "
                        f"job itself cannot be ruled out: Slurm reports {observed.state} "
-                       f"reason={observed.reason}{exit_note}")
+                       f"reason={observed.reason or 'None'}{exit_note}")
         else:
             summary += f"; its log could not be read ({log_problem})"
     nodes = observed.nodes
