@@ -34,7 +34,7 @@ MIN_SILENCE_S = 3.0
 STALLED_STEPS = 2.0
 """The job's progress must be overdue by this many of its own (median) step intervals."""
 JITTER_S = 0.3
-"""How early a heartbeat may come (a probe publishes every interval, give or take its sampling)."""
+"""How early or late a heartbeat may come (a probe publishes every interval, give or take its sampling)."""
 SLACK_S = 1.0
 """Steps that were in flight when the host went: seen up to this long after its heartbeat was due."""
 
@@ -103,7 +103,10 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
     # Alive: heard since the silent nodes went. A node neither silent nor heard since then may be gone
     # with them (a rack cut reaches every node at once, but their silences pass the threshold up to an
     # interval apart): wait for it to speak or to fall silent too.
-    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at >= gone_by - JITTER_S]
+    # A heartbeat proves its node outlived the silent ones only when it came after the latest moment they
+    # can have gone (their next heartbeat's due time, which may come JITTER_S late): one that came a
+    # little before it (the probes' phases differ) was sent before a cut that took every node at once.
+    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at > gone_by + JITTER_S]
     if any(n in quiet and quiet[n] == 0 and n not in alive for n in job_nodes):
         return None
     pace = f", about {step_s:.2g} s per step before" if step_s else ""
