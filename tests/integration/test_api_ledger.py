@@ -100,6 +100,9 @@ async def test_jobs_filter_page_and_count(ledger, unique):
     jobs, total = await reader.jobs(cluster=cluster, limit=2)
     assert [j["job_id"] for j in jobs] == ["101", "103"] and total == 3  # newest activity first
     assert jobs[0]["attempt_count"] == 2 and jobs[0]["mode_override"] is None
+    # each attempt's first anomaly, for the outcome sentence (relaunch.common.outcome_words)
+    assert [(f["attempt"], f["category"]) for f in jobs[0]["failures"]] == [(0, "gpu_fell_off_bus")]
+    assert jobs[0]["failures"][0]["evidence"][0]["text"].startswith("NVRM: Xid 79") and jobs[1]["failures"] == []
     jobs, total = await reader.jobs(cluster=cluster, limit=2, offset=2)
     assert [j["job_id"] for j in jobs] == ["102"] and total == 3
     jobs, total = await reader.jobs(states=["RUNNING"])
@@ -117,6 +120,7 @@ async def test_a_job_detail_resolves_evidence_and_nests_reconcile_steps(ledger, 
     assert detail["anomalies"][0]["evidence"][0]["offset"] == 5120  # jsonb decoded
     advice = detail["advice"][0]
     assert advice["evidence"]["anomalies"][0]["evidence"][0]["text"].startswith("NVRM: Xid 79")
+    assert advice["excluded"] == ["node1"] and advice["exclusion_words"] == "restart without node1"
     assert advice["evidence"]["suspects"] == [{"node": "node1", "confidence": 0.9,
                                                "reasons": ["XID 79 on an allocated node"]}]
     assert [s["step"] for s in advice["reconcile"]] == ["requeuehold", "exclude", ""]
