@@ -38,12 +38,14 @@ async def anomalies(bus: Bus, cluster: str, job: str) -> list[AnomalyDetected]:
 
 @pytest.fixture
 async def replicas(test_stack, unique):
+    # The test stacks' floor (10 s, scripts/stack.sh), not the 10-minute default for real clusters.
     cluster = f"c{unique}"
     made = []
     for _ in range(2):
         bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
         state = HotState(test_stack["RELAUNCH_REDIS_URL"])
-        made.append((bus, state, ProgressTracker(bus, state, cluster, hangs.HangPolicy(), stragglers.StragglerPolicy())))
+        made.append((bus, state, ProgressTracker(bus, state, cluster, hangs.HangPolicy(floor_s=10.0),
+                                                  stragglers.StragglerPolicy())))
     yield cluster, made
     for bus, state, _ in made:
         await bus.close()
