@@ -23,3 +23,4 @@ def test_a_job_pausing_three_times_the_floor_for_evaluation_is_left_alone(servic
     assert job_fields(job)["JobState"] == "COMPLETED" and job_fields(job)["Restarts"] == "0"
     assert record.get("anomalies") == [], record.get("anomalies")
     assert record.get("advice") == []
+    assert not record.get("hang_evidence"), record.get("hang_evidence")  # nothing read from outside (issue 37)
