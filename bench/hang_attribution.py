@@ -120,6 +120,16 @@ def summary(results: list[dict]) -> dict:
                                     "max": afters[-1] if afters else None}}
 
 
+def table(results: list[dict]) -> str:
+    rows = ["| run | shape | stuck | blamed | right | s after the hang | action |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        blamed = ",".join(f"rank {x}" for x in r["blamed_ranks"]) or "-"
+        rows.append(f"| {r['run']} | {r['shape']} | rank {r['stuck_rank']} on {r['stuck_node']} | {blamed} on "
+                    f"{','.join(r['blamed_nodes']) or '-'} | {'yes' if r['rank_right'] and r['node_right'] else 'no'} | "
+                    f"{r['s_after_declaration']} | {r['action']} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
@@ -171,6 +181,7 @@ def main() -> int:
            "comment": COMMENT, "parallel": args.parallel, "seconds": round(time.monotonic() - started, 1),
            "summary": summary(results), "runs": results}
     text = json.dumps(out, indent=2)
+    print(table(results), file=sys.stderr)
     print(text)
     if args.json:
         Path(args.json).write_text(text + "\n")
