@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import os
 import queue
+import re
 import secrets
 import sys
 import threading
@@ -46,6 +47,8 @@ class ProgressReporter:
         self._queue: queue.Queue[ProgressReported | None] = queue.Queue(maxsize=max_pending)
         self.sent = 0
         self.dropped = 0
+        self._warned = False
+        """Whether the one stderr line saying reports do not reach the bus was printed (at most once)."""
         self._thread = threading.Thread(target=self._run, name="relaunch-progress", daemon=True)
         self._thread.start()
 
@@ -96,19 +99,40 @@ class ProgressReporter:
             try:
                 if nc is None or nc.is_closed:
                     nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=2, max_reconnect_attempts=3,
-                                            allow_reconnect=True, reconnect_time_wait=0.5, error_cb=_quiet,
+                                            allow_reconnect=True, reconnect_time_wait=0.5, error_cb=self._on_error,
                                             **connect_options())
                 await nc.publish(self.subject, dump(record))
                 self.sent += 1
-            except Exception:  # the bus is down or unreachable: drop and count, try again next record
+            except Exception as exc:  # the bus is down or unreachable: drop and count, try again next record
                 self.dropped += 1
                 nc = None
+                self.warn_once(exc)
         if nc is not None:
             await nc.drain()
 
 
-async def _quiet(exc: Exception) -> None:
-    """nats-py prints every connection error with a traceback; inside training code we only count."""
+    def warn_once(self, problem: object) -> None:
+        """Say once on stderr (the job's log) that reports do not reach relaunch, and why: a wrong host,
+        user, password or permission would otherwise drop every report in silence, and the user would
+        believe the job watched for hangs by its progress when it is not (issue 40)."""
+        if self._warned:
+            return
+        self._warned = True
+        where = _URL_USERINFO.sub("//", self.nats_url)  # never print a password given in the URL
+        why = str(problem)[:300] or type(problem).__name__
+        print(f"relaunch: progress reports do not reach relaunch (NATS at {where}): {why}; they are dropped, and hangs are caught only from the log's own step lines. Check "
+              "RELAUNCH_NATS_URL, RELAUNCH_NATS_USER and RELAUNCH_NATS_PASSWORD_FILE (docs/user-guide.md)",
+              file=sys.stderr, flush=True)
+
+    async def _on_error(self, exc: Exception) -> None:
+        """nats-py reports connection errors here, and a publish the server refuses (a user without the
+        permission) only here: said once; a transient disconnect, which the client retries, is not."""
+        text = str(exc)
+        if "Permissions Violation" in text or "Authorization Violation" in text or "authorization" in text.lower():
+            self.warn_once(exc)
+
+
+_URL_USERINFO = re.compile(r"//[^/@\s]*@")
 
 
 _default: ProgressReporter | None = None
