@@ -716,8 +716,25 @@ services_up() {
   local name url host
   for entry in "${STARTED[@]}"; do
     IFS='|' read -r name url host <<<"$entry"
-    wait_for "$name (log: $RUN/log/$name.log)" 60 on_host "$host" "$PY" -c \
-      "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$url"
+    wait_service "$name" "$url" "$host"
+  done
+}
+
+# Until the service answers its health URL, for 60 s at most; a service that exits meanwhile (a setting
+# it cannot read, a port in use) is said at once, with its log's tail, and the services this call
+# started are stopped again: all of them up, or none.
+wait_service() {  # name, health url, host
+  local name=$1 url=$2 host=$3 end=$((SECONDS + 60)) entry
+  until on_host "$host" "$PY" -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+      "$url" >/dev/null 2>&1; do
+    if ! alive "$RUN/pids/$name.pid" || [ $SECONDS -ge "$end" ]; then
+      local why="exited while starting"; alive "$RUN/pids/$name.pid" && why="did not answer $url within 60s"
+      printf '\033[31m[stack] %s %s; the end of %s:\033[0m\n' "$name" "$why" "$RUN/log/$name.log" >&2
+      tail -n 15 "$RUN/log/$name.log" 2>/dev/null | sed 's/^/    /' >&2
+      for entry in "${STARTED[@]}"; do stop_pidfile "$RUN/pids/${entry%%|*}.pid"; done
+      die "services not started: fix what $name says above and run services-up again"
+    fi
+    sleep 0.1
   done
 }
 

@@ -5,9 +5,10 @@ Every field is documented beside its default. Unknown keys in a settings file ar
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, TypeVar
+import re
+from typing import ClassVar, Literal, TypeVar, get_args, get_origin
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .custom_consumers import CustomConsumer
@@ -134,8 +135,50 @@ def load_settings(cls: type[S]) -> S:
             )
     try:
         return cls()
-    except Exception as exc:  # pydantic's ValidationError, shown whole: it names the field
-        raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+    except Exception as exc:  # pydantic's: said in one line naming the variable (a service prints it and stops)
+        raise SettingsError(_explained(cls, prefix, exc)) from exc
+
+
+_PARSE_FAILED = re.compile(r'error parsing value for field "(\w+)"')
+"""pydantic-settings' words when a list or dict setting is not JSON (it names the field, not the variable)."""
+
+
+def _explained(cls: type[BaseSettings], prefix: str, exc: Exception) -> str:
+    """One line: which variable, what it holds, what it expects ("RELAUNCH_ACTUATOR_PARTITIONS='canary' is
+    not valid: it expects a JSON list, e.g. ["gpu", "canary"]")."""
+    import os
+
+    if isinstance(exc, ValidationError):
+        said = []
+        for error in exc.errors()[:5]:
+            field = str(error["loc"][0]) if error.get("loc") else ""
+            if field not in cls.model_fields:  # a check of several fields together: its own words
+                said.append(f"invalid {cls.__name__}: {error['msg']}")
+                continue
+            got = str(error.get("input"))[:60] if not isinstance(error.get("input"), dict) else "..."
+            said.append(f"{prefix}{field.upper()}={got!r} is not valid: {error['msg']}; it expects "
+                        f"{_expects(cls, field)}")
+        return "; ".join(said) or f"invalid {cls.__name__}: {exc}"
+    found = _PARSE_FAILED.search(str(exc))
+    if found:
+        name = f"{prefix}{found.group(1).upper()}"
+        got = next((v for k, v in os.environ.items() if k.upper() == name), "")
+        return f"{name}={got[:60]!r} is not valid: it expects {_expects(cls, found.group(1))}"
+    return f"invalid {cls.__name__}: {exc}"
+
+
+def _expects(cls: type[BaseSettings], field: str) -> str:
+    info = cls.model_fields.get(field)
+    if info is None:
+        return "a valid value"
+    kind = get_origin(info.annotation) or info.annotation
+    if kind in (list, tuple, set, frozenset):
+        return 'a JSON list, e.g. ["a", "b"]'
+    if kind is dict:
+        return 'a JSON object, e.g. {"key": "value"}'
+    if kind is Literal:
+        return "one of " + ", ".join(map(str, get_args(info.annotation)))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(kind, str(info.annotation))
 
 
 def require_backends(common: CommonSettings, service: type[ServiceSettings]) -> None:

@@ -18,7 +18,7 @@ from relaunch.common.periodic import every
 from relaunch.common.serving import consume
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 
 from .adapters.coordination import HoldRegistry, Lease
 from .adapters.ratelimit import ActionRateLimit
@@ -93,4 +93,7 @@ async def amain() -> None:
 
 
 def main() -> None:
-    asyncio.run(amain())
+    try:
+        asyncio.run(amain())
+    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
+        raise SystemExit(f"relaunch actuator: {exc}") from None

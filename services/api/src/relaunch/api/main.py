@@ -6,7 +6,7 @@ import uvicorn
 
 from relaunch.common.service import setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 
 from . import backends
 from .app import create_app
@@ -14,9 +14,12 @@ from .settings import ApiSettings
 
 
 def main() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(ApiSettings)
-    require_backends(common, ApiSettings)
+    try:
+        common = load_settings(CommonSettings)
+        settings = load_settings(ApiSettings)
+        require_backends(common, ApiSettings)
+    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
+        raise SystemExit(f"relaunch api: {exc}") from None
     setup_logging("api", common.log_level)
     setup_tracing("api", common.otlp_endpoint, common.trace_file)
     # Redis is optional for the API: it holds the detector's progress histories (the progress chart);

@@ -15,7 +15,7 @@ from relaunch.common.policies.policy_set import PolicyFileError
 from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 
 from .adapters.ledger import Ledger
 from .handlers import Decider
@@ -67,5 +67,5 @@ async def amain() -> None:
 def main() -> None:
     try:
         asyncio.run(amain())
-    except PolicyFileError as exc:  # printed on stderr, exit status 1
+    except (PolicyFileError, SettingsError) as exc:  # printed on stderr, exit status 1
         raise SystemExit(f"relaunch decider: {exc}") from None

@@ -14,7 +14,7 @@ from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.common.health import Reachability
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 
 from .adapters.allocator import fix_mmap_threshold
 from .adapters.follower import Follower
@@ -118,4 +118,7 @@ reports a second. Reference counting still frees everything at once; only cyclic
 def main() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     gc.freeze()  # what start-up made (modules, the catalogue) lives as long as the process: never walk it
-    asyncio.run(amain())
+    try:
+        asyncio.run(amain())
+    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
+        raise SystemExit(f"relaunch detector: {exc}") from None

@@ -10,7 +10,7 @@ from relaunch.common import consumers
 from relaunch.common.connection import Bus
 from relaunch.common.ingest import consume_batch
 from relaunch.common.service import run_service, setup_logging
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 from relaunch.common.telemetry import setup_tracing
 
 from .adapters.webhook import Webhooks
@@ -52,5 +52,5 @@ async def amain() -> None:
 def main() -> None:
     try:
         asyncio.run(amain())
-    except RoutesFileError as exc:  # printed on stderr, exit status 1
+    except (RoutesFileError, SettingsError) as exc:  # printed on stderr, exit status 1
         raise SystemExit(f"relaunch notifier: {exc}") from None

@@ -7,7 +7,7 @@ import logging
 
 from relaunch.common.connection import Bus
 from relaunch.common.service import run_service, setup_logging
-from relaunch.common.settings import CommonSettings, load_settings, require_backends
+from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
 from relaunch.common.telemetry import setup_tracing
 
 from ..adapters.coordination import HoldRegistry
@@ -34,5 +34,8 @@ async def amain() -> None:
 
 
 def main() -> None:
-    asyncio.run(amain())
+    try:
+        asyncio.run(amain())
+    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
+        raise SystemExit(f"relaunch watchdog: {exc}") from None
 
