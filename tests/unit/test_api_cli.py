@@ -98,3 +98,28 @@ def test_nodes_still_lists_without_a_subcommand(fakes):
     result = run("nodes", "--history", "2")
     assert result.exit_code == 0, result.output
     assert "node1" in result.output and "cleared" in result.output
+
+
+def test_nodes_clear_without_user_records_the_uids_name(fakes, tmp_path, monkeypatch):
+    import os
+    import pwd
+
+    monkeypatch.delenv("USER", raising=False)  # cron, a container: issue 40 recorded ''
+    result = run("nodes", "clear", "node1", "--token-file", str(tmp_path / "api-token"), "--reason", "reseated")
+    assert result.exit_code == 0, result.output
+    assert fakes.overrides.cleared[-1]["actor"] == pwd.getpwuid(os.getuid()).pw_name != ""
+
+
+def test_who_falls_back_to_the_uid(monkeypatch):
+    import os
+    import pwd
+
+    monkeypatch.setenv("USER", "ana")
+    assert operator_cli.who() == "ana"
+    monkeypatch.delenv("USER")
+
+    def unknown(uid):
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", unknown)
+    assert operator_cli.who() == f"uid {os.getuid()}"

@@ -24,7 +24,7 @@ from . import classify_command, inject, operator_cli
 from . import settings as client_settings
 from .events import EVENTS_AND_ADVICE, EventStream, subscribe
 from .narration import describe, recovery_seconds
-from .terminal import shown
+from .terminal import shown, unwrap_help
 
 app = typer.Typer(help="relaunch: keeps GPU training runs on Slurm moving.", no_args_is_help=True,
                   add_completion=False)
@@ -246,8 +246,10 @@ def events_tail(subject: str = typer.Option("", help="NATS subject filter (defau
             if as_json:
                 print(dump(msg).decode(), flush=True)
             else:
+                # Piped (not a terminal): one line per message, never wrapped at 80 columns.
                 console.print(f"[dim]{shown(subj)}[/dim] {type(msg).__name__} "
-                              f"{shown(msg.model_dump_json(exclude={'schema_'})[:300])}", highlight=False)
+                              f"{shown(msg.model_dump_json(exclude={'schema_'})[:300])}", highlight=False,
+                              soft_wrap=not console.is_terminal)
 
     try:
         asyncio.run(run())
@@ -374,6 +376,9 @@ def demo(script: Path = typer.Option(Path("examples/flaky-train.sh"), help="The 
             return 0 if msg.state == "COMPLETED" else 1
 
     raise typer.Exit(asyncio.run(run()))
+
+
+unwrap_help(app)  # every command is registered by now: sentences are not broken mid-line in --help
 
 
 def main() -> None:

@@ -28,6 +28,20 @@ console = Console()
 err = Console(stderr=True)
 
 
+
+def who() -> str:
+    """Who is asking, for the record: $USER, else the name of the process's uid, else "uid N" (a cron
+    job or a container has no $USER; an override or clearance recorded as '' says nothing)."""
+    user = os.environ.get("USER", "").strip()
+    if user:
+        return user
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid {os.getuid()}"
+
 def _api() -> str:
     return client_settings.api_url()
 
@@ -106,7 +120,7 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
               mode: str = typer.Argument(..., help="observe (plan and record, never touch Slurm) or act."),
               cluster: str = typer.Option(None, help="Cluster name (default: $RELAUNCH_CLUSTER)."),
               reason: str = typer.Option("", help="Why, for the audit trail."),
-              actor: str = typer.Option(None, help="Who asks (default: $USER)."),
+              actor: str = typer.Option(None, help="Who asks (default: $USER, else the name of your uid)."),
               token_file: Path = typer.Option(None, "--token-file", envvar="RELAUNCH_API_TOKEN_FILE",
                                               help="File holding the API's bearer token.")) -> None:
     """Record an operator override of a job's mode (needs the API's token)."""
@@ -115,7 +129,7 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
         raise typer.Exit(EXIT_USAGE)
     token = _token(token_file)
     cluster = client_settings.cluster(cluster)
-    body = {"mode": mode, "reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
+    body = {"mode": mode, "reason": reason, "actor": actor if actor is not None else who()}
     data = _call("POST", f"/v1/jobs/{cluster}/{job_id}/mode", json=body,
                  headers={"Authorization": f"Bearer {token}"})
     console.print(f"job {shown(job_id)} on {shown(cluster)}: mode override [bold]{mode}[/bold] recorded "
@@ -126,14 +140,14 @@ def jobs_mode(job_id: str = typer.Argument(..., help="Slurm job id."),
 def nodes_clear(node: str = typer.Argument(..., help="The node's Slurm name."),
                 cluster: str = typer.Option(None, help="Cluster name (default: $RELAUNCH_CLUSTER)."),
                 reason: str = typer.Option("", help="What was repaired, for the audit trail."),
-                actor: str = typer.Option(None, help="Who asks (default: $USER)."),
+                actor: str = typer.Option(None, help="Who asks (default: $USER, else the name of your uid)."),
                 token_file: Path = typer.Option(None, "--token-file", envvar="RELAUNCH_API_TOKEN_FILE",
                                                 help="File holding the API's bearer token.")) -> None:
     """Forget a repaired node's record: the decider stops counting its exclusions and gpu-probe
     readings from before now (audited in the ledger; needs the API's token)."""
     token = _token(token_file)
     cluster = client_settings.cluster(cluster)
-    body = {"reason": reason, "actor": actor if actor is not None else os.environ.get("USER", "")}
+    body = {"reason": reason, "actor": actor if actor is not None else who()}
     data = _call("POST", f"/v1/nodes/{cluster}/{node}/clear", json=body, headers={"Authorization": f"Bearer {token}"})
     found = data["clearance"]
     console.print(f"node {shown(node)} on {shown(cluster)}: record cleared at {shown(found['at'][:19])} "
