@@ -74,3 +74,18 @@ def test_the_fleet_counts_failures_by_day_class_and_action_and_the_time_to_recov
     assert node["node"] == "n2" and node["times"] == 1 and node["jobs"] == ["7"]
     assert node["reasons"] == ["gpu-probe: failed: GPU 2: XID 79 (GPU has fallen off the bus), hardware, "
                                "seen 2x 05:45:34"]
+
+
+def test_the_last_steps_before_a_crash_stay_with_the_crashed_attempt():
+    # relaunch restarts within 1-2 s: attempt 0's last reports (at 10.1 s) fall inside the slack before
+    # attempt 1's first_seen (12 s); the crash was detected at 10.5 s (issue 40).
+    detail = {"attempts": [{"index": 0, "state": "REQUEUED", "nodes": ["n1"], "first_seen": iso(0)},
+                           {"index": 1, "state": "RUNNING", "nodes": ["n1"], "first_seen": iso(12)}],
+              "anomalies": [{"kind": "crash", "category": "segfault", "fault_domain": "unknown", "action": "restart",
+                             "attempt": 0, "summary": "s", "evidence": [], "detected_at": iso(10.5)}],
+              "advice": []}
+    points = [(T0.timestamp() + s, step, 1.0, 1.0) for s, step in ((5.1, 1), (9.2, 8), (10.1, 9), (11.3, 0), (13.1, 1))]
+    buckets, width = ph.add({}, 1, points)
+    chart = progress_chart(detail, sorted(buckets.values(), key=lambda b: b.start), width)
+    steps = {a["index"]: [p["step"] for p in a["points"]] for a in chart["attempts"]}
+    assert steps == {0: [1, 8, 9], 1: [0, 1]}, steps

@@ -25,7 +25,8 @@ from relaunch.common.repeats import collapse
 
 ATTEMPT_SLACK_S = 2.0
 """The observer sees an attempt start within a poll (about 1 s); a report this much earlier still
-belongs to it."""
+belongs to it, unless it came before the attempt before it failed: relaunch restarts within 1-2 s,
+so the last steps before a crash fall inside this slack, and they are the failed attempt's."""
 _BASELINE = re.compile(r"below the baseline (?P<baseline>[0-9.]+(?:e[+-]?\d+)?)")
 _THRESHOLD = re.compile(r"threshold (?P<pct>\d+)%")
 
@@ -39,16 +40,38 @@ def _t(iso: Any) -> float | None:
 
 
 def _attempt_of(t: float, starts: Sequence[tuple[int, float]]) -> int | None:
+    """The attempt whose reports had begun at `t` (starts: `_starts`, slack included)."""
     found = None
     for index, start in starts:
-        if t + ATTEMPT_SLACK_S >= start:
+        if t >= start:
             found = index
     return found if found is not None else (starts[0][0] if starts else None)
 
 
+def _starts(attempts: Sequence[Mapping[str, Any]], anomalies: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """When each attempt's reports begin: its first_seen less the slack, but never before the attempt
+    before it failed (its first anomaly other than a straggler: a slow run goes on)."""
+    failed: dict[int, float] = {}
+    for an in anomalies:
+        t = _t(an.get("detected_at"))
+        if an.get("kind") != "straggler" and t is not None:
+            failed[an["attempt"]] = min(t, failed.get(an["attempt"], t))
+    starts = []
+    for a in attempts:
+        seen = _t(a.get("first_seen"))
+        if seen is None:
+            continue
+        begin = seen - ATTEMPT_SLACK_S
+        before = failed.get(a["index"] - 1)
+        if before is not None:
+            begin = min(seen, max(begin, before + 0.001))  # a report at the failure itself is the failed attempt's
+        starts.append((a["index"], begin))
+    return starts
+
+
 def progress_chart(detail: Mapping[str, Any], buckets: Sequence[Bucket], width: int) -> dict[str, Any]:
     attempts = sorted(detail.get("attempts") or [], key=lambda a: a["index"])
-    starts = [(a["index"], _t(a["first_seen"])) for a in attempts if a.get("first_seen")]
+    starts = _starts(attempts, detail.get("anomalies") or [])
     series: dict[int, list[dict]] = {a["index"]: [] for a in attempts}
     for b in buckets:
         index = _attempt_of(b.first_at, starts)
