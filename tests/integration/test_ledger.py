@@ -122,6 +122,10 @@ async def test_malformed_options_are_observed_only(ledger, unique):
     await decider.on_anomaly(anomaly(cluster), DELIVERY)
     job = await ledger.pool.fetchrow("SELECT mode, verdict, verdict_reason FROM jobs WHERE cluster=$1", cluster)
     assert job["mode"] == "observe" and job["verdict"] == "observing" and "max_attempts must be" in job["verdict_reason"]
+    # what act mode would have done, recorded (docs/policy.md, "Errors"; issue 40)
+    assert "in act mode relaunch would have restarted it (within_budget)" in job["verdict_reason"]
+    detail = await ledger.pool.fetchval("SELECT detail FROM audit WHERE cluster=$1 AND action='observe'", cluster)
+    assert json.loads(detail)["would"]["action"] == "restart" and json.loads(detail)["would"]["rule"] == "within_budget"
 
 
 async def test_decisions_on_one_job_are_serialised(ledger, unique):
