@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from relaunch.common.schemas import Advice, AnomalyDetected, AuditEntry, JobObserved, Message, ReconcileStatus
@@ -37,8 +38,23 @@ def describe(msg: Message, last_state: dict[str, str]) -> str | None:
             return f"actuator   {STEP_WORDS.get(msg.step, msg.step)}"
         return f"actuator   {msg.status}: {msg.reason} - {msg.detail}"
     if isinstance(msg, AuditEntry) and msg.service != "actuator":
-        return f"{msg.service:<10} {msg.action}: {msg.detail}"
+        return f"{msg.service:<10} {msg.action}: {audit_words(msg.detail)}"
     return None
+
+
+def audit_words(detail: str) -> str:
+    """An audit entry's detail for a person: its reason when it has one, else its fields as
+    `key value` pairs; never the raw JSON (issue 40)."""
+    try:
+        data = json.loads(detail)
+    except ValueError:
+        return detail
+    if not isinstance(data, dict):
+        return detail
+    if data.get("reason"):
+        return str(data["reason"])
+    return ", ".join(f"{key.replace('_', ' ')} {', '.join(map(str, value)) if isinstance(value, list) else value}"
+                     for key, value in data.items() if value not in (None, "", [], {})) or "-"
 
 
 _STARTED = re.compile(r"attempt (\d+) .*started_at=([0-9.]+)")
