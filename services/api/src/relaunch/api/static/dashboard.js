@@ -100,7 +100,10 @@
       el("td", {}, job.cluster), el("td", {}, job.job_id), el("td", {}, job.name),
       el("td", { class: "state" }, badge(job.state || "?")), el("td", {}, String(job.attempt_count)),
       el("td", { class: "verdict" }, badge(job.verdict)), el("td", { class: "mode" }, mode),
-      el("td", { class: "why" }, (job.verdict_reason || "").slice(0, 140)), el("td", {}, utc(job.updated_at)));
+      // The outcome in words (relaunch.common.outcome_words, as `relaunch jobs` says it); the verdict's
+      // whole reason on hover, never cut mid-sentence in the cell.
+      el("td", { class: "why", title: job.verdict_reason || "" }, job.outcome || job.verdict_reason || ""),
+      el("td", {}, utc(job.updated_at)));
   }
 
   function select(cluster, jobId, remember) {
