@@ -31,6 +31,8 @@ def failure(attempt, category, kind="crash", evidence=()):
     ({"state": "CANCELLED", "verdict": "stopped", "restarts": 0,
       "verdict_reason": "cancelled by relaunch (advice generation 1): ..."}, [failure(0, "hang", kind="hang")],
      "cancelled by relaunch: a hang (no progress)"),
+    ({"state": "CANCELLED", "verdict": "stopped", "restarts": 1},
+     [failure(0, "segfault"), failure(1, "slurm_cancelled")], "cancelled by its user after 1 restart"),
     ({"state": "RUNNING", "verdict": "recovering", "restarts": 0}, [failure(0, "nccl_network_error")],
      "recovering from NCCL network error"),
     ({"state": "FAILED", "verdict": "observing", "restarts": 0, "mode": "observe"}, [failure(0, "segfault")],

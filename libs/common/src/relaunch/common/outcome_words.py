@@ -96,6 +96,8 @@ def outcome(job: Mapping[str, Any], anomalies: Sequence[Mapping[str, Any]] = ())
     if verdict == "stopped":
         if str(job.get("verdict_reason") or "").startswith("cancelled by relaunch"):
             sentence = f"cancelled by relaunch: {last or 'it could not continue'}{after}"
+        elif last == _CATEGORIES["slurm_cancelled"]:
+            sentence = f"cancelled by its user{after}"
         else:
             sentence = f"stopped: {last or state_words}{after}"
     elif verdict == "observing":
