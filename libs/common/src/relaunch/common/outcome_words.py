@@ -39,6 +39,10 @@ _NAMED_BY_EXCEPTION = frozenset({"user_code_error", "runtime_error", "environmen
 """Categories said by the exception that ended the program; the others (an NCCL error raised as a
 RuntimeError, a GPU lost) say more in their own words."""
 _LINES_READ = 20
+_WHY_STOPPED = ((re.compile(r"^(max_attempts=\d+) reached"), r"\1 reached"),
+                (re.compile(r"^attempt \d+ reached step \d+, no further"), "no progress since the last restart"),
+                (re.compile(r"^\w+ is an? (\w+) fault and policy"), r"no \1 restarts left"))
+"""The decider's words for why it stopped (relaunch.decider.domain.policy), said short."""
 """Evidence lines looked at per anomaly: an exception and its file are near the top."""
 
 
@@ -99,7 +103,9 @@ def outcome(job: Mapping[str, Any], anomalies: Sequence[Mapping[str, Any]] = ())
         elif last == _CATEGORIES["slurm_cancelled"]:
             sentence = f"cancelled by its user{after}"
         else:
-            sentence = f"stopped: {last or state_words}{after}"
+            reason = str(job.get("verdict_reason") or "")[:200]
+            why = next((m.expand(words) for pattern, words in _WHY_STOPPED if (m := pattern.search(reason))), "")
+            sentence = f"stopped: {last or state_words}{after}" + (f" ({why})" if why else "")
     elif verdict == "observing":
         sentence = f"not restarted (observe-only): {last or state_words}"
     elif verdict == "recovering":
