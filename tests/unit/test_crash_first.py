@@ -1,9 +1,9 @@
-"""The detector's gate that puts crash detection before progress bookkeeping (tracking.CrashFirst)."""
+"""The detector's gate that puts crash detection before progress bookkeeping (gate.CrashFirst)."""
 
 import asyncio
 import time
 
-from relaunch.detector.tracking import CrashFirst
+from relaunch.detector.gate import CrashFirst
 
 
 async def test_progress_waits_for_urgent_work_and_a_quiet_moment_after_it():

@@ -114,7 +114,7 @@ def test_relaunch_progress_exits_2_on_an_unreadable_file(tmp_path):
 def test_after_the_last_step_of_a_run_the_tail_gets_the_save_allowance_not_the_step_timeout():
     """A real HF run: after step 40 of 40 the Trainer's wind-down (and a slow teardown) is no hang."""
     from relaunch.detector.domain import hangs
-    from relaunch.detector.tracking import _advance
+    from relaunch.detector.domain.reference_track import advance as _advance
 
     frames = [f" {i * 2:d}%|█         | {i}/40 [00:0{i % 10}<00:10,  4.00it/s]" for i in range(1, 41)]
     from relaunch.common.progress.parsing import parse_line

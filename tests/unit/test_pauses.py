@@ -173,7 +173,7 @@ def test_rates_printed_just_after_a_pause_are_no_straggler_samples():
     """HF's bar after a 90 s evaluation reads `8.07s/it` for a job of 60 it/s: tqdm's rate is an average
     that decays a redraw at a time (seen in the frameworks tier, where it made a straggler)."""
     from relaunch.detector.domain import stragglers
-    from relaunch.detector.tracking import _advance
+    from relaunch.detector.domain.reference_track import advance as _advance
 
     def bar(step: int, rate: float) -> ProgressPoint:
         return ProgressPoint(step, rate, 1 / rate, None, "hf_trainer")

@@ -1,5 +1,5 @@
 """ProgressTrack (relaunch.detector.domain.track) advances in place exactly as the pure, frozen states do
-(hangs.observe_progress / observe_checkpoint, stragglers.observe_points, through tracking._advance),
+(hangs.observe_progress / observe_checkpoint, stragglers.observe_points, through domain.reference_track.advance),
 and its stored form reads back as the same record."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 
 from relaunch.common.progress import divergence
 from relaunch.detector import tracking
+from relaunch.detector.domain import reference_track
 from relaunch.detector.domain import hangs, stragglers, track
 from relaunch.detector.domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint
 
@@ -40,7 +41,7 @@ def test_a_track_advances_exactly_as_the_frozen_states(seed):
         if rng.random() < 0.01:
             attempt += 1
         marks = [_mark(rng, max(0, step)) for _ in range(rng.choice([1, 1, 1, 3]))]
-        advanced = tracking._advance(current, attempt, marks, at, hang_keep, straggler_keep)
+        advanced = reference_track.advance(current, attempt, marks, at, hang_keep, straggler_keep)
         if live is None or live.attempt != attempt:
             live = track.ProgressTrack(attempt, round(at, 3), *((hang_keep, straggler_keep) if seed % 2 else ()))
         if len(marks) == 1 and not isinstance(marks[0], CheckpointMark):
@@ -70,7 +71,7 @@ def _full_track(seed: int = 3) -> track.ProgressTrack:
 def test_the_stored_form_reads_back_as_the_same_record_and_track():
     live = _full_track()
     record = live.record()
-    assert record == tracking._record(live.attempt, live.hang_state(), live.straggler_state(), live.divergence)
+    assert record == reference_track.record(live.attempt, live.hang_state(), live.straggler_state(), live.divergence)
     encoded = live.encode()
     assert encoded.startswith(b"B") and len(encoded) < len(__import__("orjson").dumps(record))
     decoded = track.decode_record(encoded)

@@ -11,11 +11,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 
 from relaunch.common.connection import Bus
@@ -25,6 +24,7 @@ from relaunch.common.lanes import KeyedLanes
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AnomalyDetected, LogBatch, ProgressReported
 
+from .gate import CrashFirst
 from .adapters.hotstate import HELD, HotState, lines_length, parse_nodes
 from .anomalies import AnomalyPublisher
 from .adapters.statecache import StateCache
@@ -42,44 +42,6 @@ LOOKED_MAX = 4096
 LINES_MAX = 1024
 """Bytes of report lines kept after a stored state before the whole state is written again (about 30
 reports): they bound what a replica that does not hold the state replays (docs/architecture.md, "Scale")."""
-
-
-class CrashFirst:
-    """Crash detection goes before progress bookkeeping in the one event loop they share: while a log
-    batch or a job observation is being handled, progress batches wait. Under a progress backlog (tens
-    of thousands of jobs, or a detector catching up) every progress batch is a long stretch of CPU, and
-    the crash path, which awaits Redis and NATS several times per message, would get a turn only once
-    per batch: 1,000 simultaneous failures then took a minute to become anomalies instead of seconds.
-    Progress also waits `quiet_s` after the last urgent message, for the next fetch of a burst to arrive."""
-
-    def __init__(self, quiet_s: float = 0.2) -> None:
-        self.quiet_s = quiet_s
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._last = float("-inf")
-
-    @contextlib.asynccontextmanager
-    async def urgent(self) -> AsyncIterator[None]:
-        self._busy += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._busy -= 1
-            self._last = asyncio.get_running_loop().time()
-            if not self._busy:
-                self._idle.set()
-
-    async def wait(self) -> None:
-        """Return once no urgent handling is under way or ended within quiet_s (checked after each wake-up)."""
-        while True:
-            while self._busy:
-                await self._idle.wait()
-            quiet_for = self._last + self.quiet_s - asyncio.get_running_loop().time()
-            if quiet_for <= 0:
-                return
-            await asyncio.sleep(quiet_for)
 
 
 class ProgressTracker:
@@ -420,39 +382,6 @@ def _options(info: dict) -> dict:
         return {}
 
 
-# _advance and _record: the same rules over the frozen states, and their JSON record; the service runs
-# ProgressTrack, which tests/unit/test_progress_track.py checks against these, report by report.
-def _advance(current: tuple[int, hangs.HangState, stragglers.StragglerState] | None, attempt: int, marks: list,
-             at: dt.datetime | float, hang_keep: int = hangs.MAX_WINDOW, straggler_keep: int = stragglers.MAX_SAMPLES,
-             ) -> tuple[hangs.HangState, stragglers.StragglerState] | None:
-    """The attempt's states after `marks` seen at `at`; None when they belong to an older attempt than
-    the one tracked. A newer attempt starts fresh."""
-    # Once, not in each of the pure functions below; to the millisecond, which is all any verdict needs,
-    # since the state is stored for every report and 17-digit floats make it half again as long.
-    at = round(seconds(at), 3)
-    if current is None or current[0] != attempt:
-        if current is not None and current[0] > attempt:
-            return None
-        hang, strag = hangs.new_state(at), stragglers.StragglerState()
-    else:
-        _, hang, strag = current
-    points = []
-    for mark in marks:
-        if isinstance(mark, CheckpointMark):
-            hang = hangs.observe_checkpoint(hang, mark.phase, at)
-        elif isinstance(mark, OverflowMark):  # a step skipped for fp16 overflow: training is running
-            hang = hangs.observe_progress(hang, None, at, keep=hang_keep)
-        else:
-            hang = hangs.observe_progress(hang, mark.step, at, keep=hang_keep, printed_s=mark.step_time_s)
-            if mark.total and mark.step is not None and mark.step >= mark.total:
-                # The training loop is over (step N of N): the final save, evaluation and teardown that
-                # follow have no step rhythm, so they get the checkpoint-save allowance, not the step timeout.
-                hang = hangs.observe_checkpoint(hang, "started", at)
-            if not hangs.in_pause_shadow(hang.pause_steps, mark.step):  # (a rate that says the pause)
-                points.append(mark)
-    return hang, stragglers.observe_points(strag, points, at, keep=straggler_keep)
-
-
 def _track_of(data: dict | None, hang_keep: int = 0, straggler_keep: int = 0) -> ProgressTrack | None:
     """A stored record as a track; None for none, or for one that cannot be read (tracking starts afresh,
     as for a new attempt)."""
@@ -463,17 +392,6 @@ def _track_of(data: dict | None, hang_keep: int = 0, straggler_keep: int = 0) ->
     except (ValueError, TypeError, KeyError) as exc:
         log.warning("progress state unreadable, tracking starts afresh: %s", exc)
         return None
-
-
-def _record(attempt: int, hang: hangs.HangState, strag: stragglers.StragglerState,
-            div: divergence.DivergenceState | None = None) -> dict:
-    record = {"attempt": attempt, "hang": hang.to_dict(), "straggler": strag.to_dict()}
-    if div is not None and div != _FRESH:  # most jobs never have anything to keep here
-        record["divergence"] = div.to_dict()
-    return record
-
-
-_FRESH = divergence.DivergenceState()
 
 
 def _client_point(msg: ProgressReported) -> ProgressPoint | OverflowMark:

@@ -143,7 +143,7 @@ class ProgressTrack:
         return stragglers.StragglerState(unit=self.unit, high_step=self.straggler_high, rates=tuple(self.rates),
                                          times=tuple(self.times), total=self.total, rank_times=dict(self.rank_times or ()))
 
-    # -- advancing (tracking._advance's rules, in place) -----------------------------------------
+    # -- advancing (reference_track.advance's rules, in place) -----------------------------------------
     def observe(self, marks: Iterable, at: float, hang_keep: int = hangs.MAX_WINDOW,
                 straggler_keep: int = stragglers.MAX_SAMPLES) -> None:
         """Marks seen together at `at` (rounded to the millisecond, as tracking stores every time)."""
@@ -157,7 +157,7 @@ class ProgressTrack:
             else:
                 self._progress(mark.step, at, hang_keep, mark.step_time_s)
                 if mark.total and mark.step is not None and mark.step >= mark.total:
-                    self._checkpoint("started", at)  # the loop is over: see tracking._advance
+                    self._checkpoint("started", at)  # the loop is over: see reference_track.advance
                 if not self.pause_steps or not hangs.in_pause_shadow(self.pause_steps, mark.step):
                     points.append(mark)
         if points:
@@ -314,7 +314,7 @@ class ProgressTrack:
 
     # -- stored form --------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
-        """The record tracking stores as JSON (tracking._record): {attempt, hang, straggler[, divergence]}."""
+        """The record tracking stores as JSON (reference_track.record): {attempt, hang, straggler[, divergence]}."""
         out = {"attempt": self.attempt, "hang": self.hang_state().to_dict(), "straggler": self.straggler_state().to_dict()}
         div = self._divergence_record()
         if div is not None:
