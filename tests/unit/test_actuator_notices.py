@@ -2,6 +2,7 @@
 left the hold before the exclusion was set): a warning, an audit entry, and CONVERGED without a second
 requeue."""
 
+import asyncio
 import datetime as dt
 import logging
 
@@ -135,6 +136,9 @@ async def test_start_now_waits_from_the_second_that_revoked_the_credentials(memo
     # docs/architecture.md: an attempt that had ended before its requeue was revoked at its EndTime (long past
     # here), so StartTime=now goes in within the requeue's second; one still running when requeued was revoked
     # by the requeue's own kill, so StartTime=now waits for the second after the successor's SubmitTime.
+    # The handler reads the clock again: start early in a second, so that the requeue's second is still
+    # the current one when it decides (a second boundary in between made the RUNNING case flaky under load).
+    await asyncio.sleep(1.02 - dt.datetime.now(dt.UTC).microsecond / 1e6)
     (bus, streams), now = memory, dt.datetime.now(dt.UTC)
     ended = now - dt.timedelta(seconds=3) if was == "FAILED" else None
     slurm = RequeueingSlurm(Observed(exists=True, state=was, restarts=0, ended=ended, exit_code="1:0"), now)
