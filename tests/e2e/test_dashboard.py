@@ -4,12 +4,13 @@ from the test stack (the relaunch services are not needed: the test writes the l
 What it proves beyond tests/unit/test_api_dashboard.py: the SQL behind every view, the event stream
 from JetStream, and a live update: with polling set to two minutes, an operator override posted
 with the bearer token reaches the page through the stream within seconds.
-Keeps a screenshot at test-artifacts/dashboard.png.
+Keeps screenshots at test-artifacts/dashboard.png and dashboard-hang-evidence-e2e.png (a hang's evidence).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import importlib.util
 import os
 import shutil
@@ -26,6 +27,8 @@ import uvicorn
 from relaunch.api import backends
 from relaunch.api.app import create_app
 from relaunch.api.settings import ApiSettings
+from relaunch.common.schemas import HangEvidence, RankEvidence
+from relaunch.decider.adapters import hang_evidence_store
 from relaunch.decider.adapters.ledger import Ledger
 
 pytestmark = pytest.mark.e2e
@@ -48,6 +51,23 @@ def _sample_writer():
     return module.insert_timeline
 
 
+def _hang(cluster: str) -> HangEvidence:
+    """Job 103's hang as the actuator reads it (issue 37): rank 1 on node2 stuck in a native call."""
+    victim = ["pthread_cond_wait (/usr/lib/x86_64-linux-gnu/libc.so.6)", "all_reduce (torch/distributed/"
+              "distributed_c10d.py:3252)", "train (/work/train.py:23)"]
+    suspect = ["clock_nanosleep (/usr/lib/x86_64-linux-gnu/libc.so.6)", "train (/work/train.py:20)"]
+    return HangEvidence(
+        anomaly_id=f"{cluster}.103.0.hang", cluster=cluster, job_id="103", attempt=0, status="collected",
+        blame="node", victims=[0], suspects=[1], suspect_nodes=["node2"], elapsed_s=2.1,
+        reason="rank 1 on node2 is stuck in a native call (clock_nanosleep in libc.so.6 through ctypes) from "
+               "train.py:20 (train) while rank 0 waits in all_reduce",
+        ranks=[RankEvidence(rank=0, node="node1", pid=11, role="victim", where="collective", collective="all_reduce",
+                            place="train.py:23 (train)", state="S", cpu_ticks=0, frames=victim),
+               RankEvidence(rank=1, node="node2", pid=12, role="suspect", where="native", place="train.py:20 (train)",
+                            call="clock_nanosleep in libc.so.6 through ctypes", state="S", cpu_ticks=0, frames=suspect)],
+        collected_at=dt.datetime.now(dt.UTC))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,6 +83,7 @@ async def ledger_url(test_stack, unique):
     ledger = await Ledger.connect(url)
     await ledger.migrate()
     await _sample_writer()(ledger.pool, f"c{unique}")
+    await hang_evidence_store.record(ledger.pool, _hang(f"c{unique}"))
     await ledger.close()
     try:
         yield url
@@ -154,6 +175,16 @@ async def test_dashboard_shows_the_ledger_and_updates_live(api_url, ledger_url, 
 
             ARTIFACTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+            # A hang's evidence (issue 37) through the ledger's hang_evidence table: who was blamed, in words,
+            # and the suspect's stack beside a victim's (the token was given above: the frames are shown).
+            await page.locator(f'#jobs tr[data-key="{cluster}/103"]').click()
+            hang = timeline.locator('li[data-kind="hang"]')
+            await expect(hang.locator(".reason")).to_contain_text("rank 1 on node2 is stuck in a native call")
+            await expect(hang.locator(".suspect-nodes")).to_have_text("suspect node: node2")
+            await expect(hang.locator('figure[data-role="suspect"] pre.frames')).to_contain_text("clock_nanosleep")
+            await expect(hang.locator('figure[data-role="victim"] pre.frames')).to_contain_text("all_reduce")
+            await hang.screenshot(path=str(ARTIFACTS / "dashboard-hang-evidence-e2e.png"))
             assert not errors, errors
         finally:
             await browser.close()
