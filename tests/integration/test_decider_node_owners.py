@@ -10,7 +10,8 @@ import datetime as dt
 
 import pytest
 
-from relaunch.common.outcomes import Delivery, utcnow as now
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow as now
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine, JobObserved, NodeHealth
 from relaunch.decider.handlers import Decider
 from relaunch.decider.outbox import OutboxPublisher

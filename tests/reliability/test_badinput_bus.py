@@ -24,7 +24,7 @@ from relaunch.common import subjects
 from relaunch.common.connection import Bus, connect_options
 from relaunch.common import consumers
 from relaunch.common.ingest import consume_batch, consume_each
-from relaunch.common.outcomes import MAX_BODY_BYTES
+from relaunch.common.bodies import MAX_BODY_BYTES
 from relaunch.common.serving import consume
 from relaunch.common.schemas import (
     Advice, AnomalyDetected, AuditEntry, DeadLetter, EvidenceLine, HangEvidence, JobObserved, LogBatch, Message,

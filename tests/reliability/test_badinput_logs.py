@@ -13,7 +13,7 @@ import pytest
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import MAX_BODY_BYTES
+from relaunch.common.bodies import MAX_BODY_BYTES
 from relaunch.common.schemas import LogBatch
 from relaunch.detector.adapters.hotstate import HotState
 from relaunch.detector.adapters.logfiles import MAX_LINE_BYTES

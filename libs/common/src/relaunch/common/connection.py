@@ -20,7 +20,8 @@ from nats.js import JetStreamContext
 
 from . import natsauth, subjects, telemetry
 from .errors import TemporaryError
-from .outcomes import OutcomeMiddleware, utcnow
+from .outcomes import OutcomeMiddleware
+from .clock import utcnow
 from .schemas import DeadLetter, Message, dump
 from .settings import CommonSettings, SettingsError, nats_servers
 from .streams import ensure_streams

@@ -19,7 +19,7 @@ from faststream.nats import JStream, NatsRouter, PullSub
 from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig, DeliverPolicy
 
 from . import subjects
-from .outcomes import parse_body
+from .bodies import parse_body
 from .schemas import (AnomalyDetected, AuditEntry, DeadLetter, FaultInjection, HangEvidence, InjectionAck, JobObserved,
                       LogBatch, Message, NodeHealth, ProgressReported, ReconcileStatus, Advice)
 

@@ -18,7 +18,8 @@ from . import telemetry
 from .consumers import Consumer
 from .errors import PermanentError, TemporaryError
 from .lanes import KeyedLanes
-from .outcomes import CONSUMED, Delivery, LazyDelivery, M, ack_many, parse_body, settle
+from .bodies import M, parse_body
+from .outcomes import CONSUMED, Delivery, LazyDelivery, ack_many, settle
 
 if TYPE_CHECKING:
     from .connection import Bus

@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from faststream import BaseMiddleware
 from nats.aio.msg import Msg
 from prometheus_client import Counter
-from pydantic import ValidationError
 
 from . import subjects, telemetry
 from .errors import PermanentError, TemporaryError
 from .lanes import KeyedLanes, Turn
-from .schemas import Message
 
 if TYPE_CHECKING:
     from .connection import Bus
@@ -36,17 +33,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-M = TypeVar("M", bound=Message)
-
 CONSUMED = Counter(
     "relaunch_messages_consumed_total", "Messages taken from a durable consumer, by outcome",
     ["service", "consumer", "outcome"],
 )
 DEAD_LETTERS = Counter("relaunch_dead_letters_total", "Messages sent to the DLQ", ["service", "consumer"])
 
-MAX_BODY_BYTES = 1024 * 1024
-"""A body larger than this is dead-lettered unparsed (NATS' default max_payload; a server configured
-with a larger one does not make the services parse more)."""
 BUG_DELIVERIES = 20
 """Deliveries after which a message whose handler keeps raising an unexpected error is dead-lettered,
 for consumers with unbounded max_deliver."""
@@ -59,10 +51,6 @@ class Delivery(NamedTuple):
     subject: str
     num_delivered: int
     stream_seq: int
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def delivery_of(msg: Msg) -> Delivery:
@@ -134,21 +122,6 @@ def durable_of(msg: Msg) -> str | None:
         return None
     tokens = reply.split(".")
     return tokens[3] if len(tokens) == 9 else tokens[5] if len(tokens) >= 12 else None
-
-
-def parse_body(model: type[M], data: bytes) -> M:
-    """The message `data` holds, or PermanentError saying why it is none (oversized, not JSON, wrong
-    schema version, unknown field, wrong type): what every consumer dead-letters."""
-    if len(data) > MAX_BODY_BYTES:
-        raise PermanentError(f"oversized: {len(data)} bytes > {MAX_BODY_BYTES}, not parsed")
-    try:
-        return model.model_validate_json(data)
-    except ValidationError as exc:
-        raise PermanentError(f"not a valid {model.__name__}: {_short(exc)}") from exc
-
-
-def _short(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<body>'}: {e['msg']}" for e in exc.errors()[:5])
 
 
 async def settle(bus: Bus, spec: subjects.ConsumerSpec, msg: Msg, exc: Exception) -> str:

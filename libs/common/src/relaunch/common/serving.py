@@ -14,7 +14,8 @@ from faststream.nats import NatsRouter
 from . import consumers
 from .connection import Bus
 from .ingest import ensure_durable
-from .outcomes import Delivery, M, current_message, delivery_of
+from .bodies import M
+from .outcomes import Delivery, current_message, delivery_of
 from .periodic import every
 from .schemas import Message, dump
 

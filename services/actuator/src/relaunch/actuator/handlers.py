@@ -20,7 +20,8 @@ from prometheus_client import Counter
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.job_states import FAILED_STATES
 from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus

@@ -18,7 +18,8 @@ from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.hangs.triggers import wants_evidence
 from relaunch.common.optin import parse_comment
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.schemas import AnomalyDetected, HangEvidence
 
 from .adapters.hang_collection import collect

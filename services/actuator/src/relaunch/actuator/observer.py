@@ -31,7 +31,7 @@ from prometheus_client import Counter
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.job_states import FINAL_STATES
 from relaunch.common.optin import parse_comment

@@ -10,7 +10,8 @@ from dataclasses import replace
 from prometheus_client import Counter
 
 from relaunch.common import subjects, telemetry
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.hangs.triggers import wants_evidence
 from relaunch.common.optin import parse_comment

@@ -13,7 +13,7 @@ import logging
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 from relaunch.common.schemas import AnomalyDetected
 
 from .adapters.hotstate import HotState

@@ -9,7 +9,8 @@ import json
 import logging
 
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.errors import TemporaryError
 from relaunch.common.job_states import FAILED_STATES

@@ -14,7 +14,8 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AnomalyDetected, EvidenceLine, NodeHealth
 

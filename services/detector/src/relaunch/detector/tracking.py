@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 
 
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.errors import TemporaryError
 from relaunch.common.lanes import KeyedLanes
 from relaunch.common.periodic import every, warn_on

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 from relaunch.common.periodic import every, pause
 from relaunch.common.schemas import FaultInjection, InjectionAck, NodeHealth
 

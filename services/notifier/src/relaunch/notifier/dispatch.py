@@ -21,7 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from relaunch.common.errors import PermanentError, TemporaryError
-from relaunch.common.outcomes import Delivery, utcnow
+from relaunch.common.outcomes import Delivery
+from relaunch.common.clock import utcnow
 from relaunch.common.schemas import AuditEntry, DeadLetter, ReconcileStatus
 
 from .adapters.webhook import PostResult, Webhooks

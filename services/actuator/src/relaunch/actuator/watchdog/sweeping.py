@@ -14,7 +14,7 @@ import time
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 
 from ..adapters.progress_read import ProgressUnavailable
 from ..auth import evidence_withheld

@@ -11,7 +11,7 @@ import logging
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
 from relaunch.common.lanes import KeyedLanes
-from relaunch.common.outcomes import utcnow
+from relaunch.common.clock import utcnow
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import AuditEntry, LogBatch
 
