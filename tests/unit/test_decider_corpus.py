@@ -62,6 +62,8 @@ KNOWN_CLASSIFIER_MISSES = {
     "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
     "n189": "classified gpu_lost (infrastructure, restart_excluding), but the culprit host nid004069 is not among "
         "the nodes it names",
+    "n222": "classified segfault (unknown, restart) without a host: the log is one srun line naming cn125; that the "
+        "node is flaky is the admins' finding, not something the line shows",
 }
 
 

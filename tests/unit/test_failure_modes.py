@@ -25,6 +25,12 @@ FAILURES = [
     ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
      "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008, intr 10000000. MMU Fault",
      "cuda_illegal_memory_access", "infrastructure", "restart"),
+    # a template kernel's device assertion names the kernel by its whole signature (CUDA's __PRETTY_FUNCTION__)
+    ("/opt/conda/conda-bld/pytorch_1587428091666/work/aten/src/THC/THCTensorIndex.cu:307: void indexSelectSmallIndex"
+     "(TensorInfo<T, IndexType>, TensorInfo<T, IndexType>, TensorInfo<long, IndexType>, int, int, IndexType, long) "
+     "[with T = c10::Half, IndexType = unsigned int, DstDim = 2, SrcDim = 2, IdxDim = -2]: block: [0,0,0], "
+     "thread: [96,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+     "cuda_device_assert", "application", "stop"),
     ("node3:1234:5678 [2] NCCL WARN NET/IB : Got completion from peer 10.1.1.2<55555> with status=12 opcode=0 "
      "len=0 vendor err 129 (Send) localGid fe80::1 remoteGids fe80::2",
      "nccl_ib_error", "infrastructure", "restart"),  # retry counter exceeded: the path, no adapter named
