@@ -9,6 +9,7 @@ import pytest
 
 from relaunch.actuator.adapters import coordination
 from relaunch.common import natsauth, subjects
+from relaunch.common.natsauth import __main__ as natsauth_cli
 from relaunch.common.connection import connect_options
 from relaunch.common.settings import CommonSettings, SettingsError
 
@@ -81,13 +82,13 @@ def test_the_kv_bucket_names_are_the_actuators():
 
 
 def test_config_writes_private_password_files_and_keeps_them(tmp_path, capsys):
-    natsauth.main(["config", "--creds", str(tmp_path / "creds"), "--cluster", "c1", "--nodes", "node1"])
+    natsauth_cli.main(["config", "--creds", str(tmp_path / "creds"), "--cluster", "c1", "--nodes", "node1"])
     first = capsys.readouterr().out
     assert first.startswith("authorization {") and '"user": "gpu-probe-node1"' in first
     files = sorted(p.name for p in (tmp_path / "creds").iterdir())
     assert files == sorted(f"{u}.pass" for u in natsauth.all_users(["node1"]))
     assert all(oct(os.stat(tmp_path / "creds" / f).st_mode & 0o777) == "0o600" for f in files)
-    natsauth.main(["config", "--creds", str(tmp_path / "creds"), "--cluster", "c1", "--nodes", "node1"])
+    natsauth_cli.main(["config", "--creds", str(tmp_path / "creds"), "--cluster", "c1", "--nodes", "node1"])
     assert capsys.readouterr().out == first, "passwords are generated once, then kept"
 
 
