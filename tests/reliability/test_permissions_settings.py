@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from relaunch.actuator.adapters import coordination
 from relaunch.common import natsauth, subjects
 from relaunch.common.natsauth import __main__ as natsauth_cli
 from relaunch.common.connection import connect_options
@@ -75,10 +74,6 @@ def test_every_reply_inbox_is_private():
         subs = perms[user]["subscribe"]["allow"]
         assert f"{natsauth.inbox_prefix(user)}.>" in subs
         assert not any(matches(p, "_INBOX.x") or matches(p, "_INBOX_other.x") for p in subs), user
-
-
-def test_the_kv_bucket_names_are_the_actuators():
-    assert (natsauth.LEASE_BUCKET, natsauth.HOLDS_BUCKET) == (coordination.LEASE_BUCKET, coordination.HOLDS_BUCKET)
 
 
 def test_config_writes_private_password_files_and_keeps_them(tmp_path, capsys):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
 """The attempt ended without success (a crash, the scheduler's doing, or the node's)."""
-FINAL_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
+ENDED_UNFAILED = frozenset({"COMPLETED", "CANCELLED"})
+"""The attempt ended by itself or by a cancel (a preempted one that Slurm shows CANCELLED reads as PREEMPTED
+through as_read)."""
+FINAL_STATES = FAILED_STATES | ENDED_UNFAILED
 """The attempt is over."""
 TRANSIENT_STATES = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "REQUEUED"})
 """Slurm is between two states: look again shortly."""

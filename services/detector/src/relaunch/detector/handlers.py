@@ -13,7 +13,7 @@ from relaunch.common.outcomes import Delivery
 from relaunch.common.clock import utcnow
 from relaunch.common.diagnosis.signatures import Catalogue
 from relaunch.common.errors import TemporaryError
-from relaunch.common.job_states import FAILED_STATES
+from relaunch.common.job_states import ENDED_UNFAILED, FAILED_STATES, FINAL_STATES
 from relaunch.common.optin import parse_comment
 from relaunch.common.schemas import AnomalyDetected, JobObserved, LogBatch, dump
 
@@ -120,7 +120,7 @@ class Detector:
             fields["attempt"] = str(obs.restarts)
         # A finished attempt stops being watched for hangs and stragglers in the same round trip
         # (ProgressTracker.on_attempt's part for it).
-        finished = failed or obs.state in ("COMPLETED", "CANCELLED")
+        finished = failed or obs.state in FINAL_STATES
         await self.state.track(c, job, fields, forget_progress=finished)
         self.follower.refresh(job)
         if info.get("unmapped") and (obs.nodes or finished):
@@ -145,7 +145,7 @@ class Detector:
                 if anomaly is not None:
                     await self._publish(anomaly, obs.observed_at)
             await self.state.untrack(c, job)
-        elif obs.state in ("COMPLETED", "CANCELLED"):
+        elif obs.state in ENDED_UNFAILED:
             await self.follower.read_job(job)
             await self.state.untrack(c, job)
 

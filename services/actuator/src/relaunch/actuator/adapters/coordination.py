@@ -38,14 +38,13 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from relaunch.common.errors import TemporaryError
+from relaunch.common.natsauth import HOLDS_BUCKET, LEASE_BUCKET  # (the KV buckets' names: NATS users' rights on them)
 from relaunch.common.periodic import every
 
 log = logging.getLogger(__name__)
 
-LEASE_BUCKET = "relaunch-leases"
 FENCE_MARGIN_S = 1.0
 """Leadership ends this long before the server can expire the lease (coordination's fencing)."""
-HOLDS_BUCKET = "relaunch-holds"
 
 
 async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

@@ -31,7 +31,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from relaunch.common.job_states import FAILED_STATES, TRANSIENT_STATES
+from relaunch.common.job_states import ENDED_UNFAILED, FINAL_STATES, TRANSIENT_STATES
 from relaunch.common.schemas import Advice
 
 from .commands import drain_argv, step_argv
@@ -156,7 +156,7 @@ def _plan(advice: Advice, observed: Observed, now: dt.datetime, newest_generatio
 
 
 def _plan_terminate(observed: Observed) -> Plan:
-    if observed.state in FAILED_STATES or observed.state in ("COMPLETED", "CANCELLED"):
+    if observed.state in FINAL_STATES:
         return Plan("converged", ALREADY_SATISFIED, f"job is {observed.state}")
     return Plan("step", STEP_TAKEN, "cancel the job", step="cancel")
 
@@ -282,11 +282,11 @@ def would_run(advice: Advice, observed: Observed) -> list[Step]:
     one had taken effect (requeuehold -> exclude -> release -> start_now).
     """
     if advice.operation == "terminate":
-        done = observed.state in FAILED_STATES or observed.state in ("COMPLETED", "CANCELLED")
+        done = observed.state in FINAL_STATES
         return [] if done else ["cancel"]
     steps: list[Step] = []
     if observed.restarts <= advice.attempt:
-        if observed.state in ("COMPLETED", "CANCELLED") or not observed.requeue_allowed:
+        if observed.state in ENDED_UNFAILED or not observed.requeue_allowed:
             return []
         steps.append("requeuehold")
         held, excluded = True, ()
