@@ -9,8 +9,8 @@ holds the target: the suspect rank and node named within 20 s of the declaration
     make bench-hang
 
 The runs cycle through the shapes (nodes x ranks per node: 2x1 is one rank on each of 2 nodes, 2x2 two
-on each) and through the ranks (run i strikes rank i mod world size), so every rank's place is blamed in
-turn. A run ends once relaunch's decision on the hang has an outcome; the job is then cancelled (its
+on each), and each shape's runs through its ranks (its k-th run strikes rank k mod world size), so every
+rank's place is blamed in turn. A run ends once relaunch's decision on the hang has an outcome; the job is then cancelled (its
 restart is the frameworks tier's matter). The stack is its own (--run-dir, --port-base), started fresh
 and stopped at the end, with the test stack's settings (tests/conftest.py: hang floor 10 s); the jobs
 carry the frameworks tier's hang_timeout=30. Exits 1 when the target is missed.
@@ -67,9 +67,10 @@ def _t(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def submit(i: int, shape: str, python: str, marks: Path) -> dict:
+def submit(i: int, shapes: list[str], python: str, marks: Path) -> dict:
+    shape = shapes[i % len(shapes)]
     nodes, per_node = (int(x) for x in shape.split("x"))
-    rank = i % (nodes * per_node)
+    rank = (i // len(shapes)) % (nodes * per_node)  # each shape's own runs go through its ranks
     case = Case(f"hang-{i} {shape}", "ddp2", "30", COMMENT,
                 env={"FAULT": "native", "FAULT_STEP": "8", "FAULT_RANK": str(rank), "FW_NPROC": str(per_node),
                      "FAULT_MARK": str(marks)},
@@ -159,7 +160,7 @@ def main() -> int:
         while pending or running:
             while pending and len(running) < args.parallel:
                 i = pending.pop(0)
-                running.append(submit(i, shapes[i % len(shapes)], python, marks))
+                running.append(submit(i, shapes, python, marks))
             time.sleep(3)
             for run in list(running):
                 if (found := settled(run, marks)) is not None:
