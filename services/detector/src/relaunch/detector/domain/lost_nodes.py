@@ -14,8 +14,8 @@ seconds that a host is gone (docs/reliability.md, "Faults between hosts"). Rules
 - nor one saving a checkpoint (its steps stop for the save): the hang watch, which knows how long
   saves take, judges it;
 - the lost nodes are named only when some of the job's nodes are still heard after the silent ones
-  went (a heartbeat published since then: a node merely not yet overdue proves nothing, and the
-  verdict waits for it); when every node of the job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
+  went (a heartbeat published since their due time and half an interval more, for a loaded probe's late
+  heartbeat: a node merely not yet overdue proves nothing, and the verdict waits for it); when every node of the job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
   names none, so that the restart excludes nothing and the job waits in the queue instead of being
   sent away from the partition (docs/policy.md).
 """
@@ -35,6 +35,9 @@ STALLED_STEPS = 2.0
 """The job's progress must be overdue by this many of its own (median) step intervals."""
 JITTER_S = 0.3
 """How early or late a heartbeat may come (a probe publishes every interval, give or take its sampling)."""
+LATE_SHARE = 0.5
+"""How late, in heartbeat intervals, a probe's heartbeat may come on a loaded host (seen: 0.3 s and more
+with three test stacks on two cores): a node heard within that of a silent node's due time proves nothing."""
 SLACK_S = 1.0
 """Steps that were in flight when the host went: seen up to this long after its heartbeat was due."""
 
@@ -104,9 +107,12 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
     # with them (a rack cut reaches every node at once, but their silences pass the threshold up to an
     # interval apart): wait for it to speak or to fall silent too.
     # A heartbeat proves its node outlived the silent ones only when it came after the latest moment they
-    # can have gone (their next heartbeat's due time, which may come JITTER_S late): one that came a
-    # little before it (the probes' phases differ) was sent before a cut that took every node at once.
-    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at > gone_by + JITTER_S]
+    # can have gone: their next heartbeat's due time, plus how late a heartbeat may come on a busy host
+    # (LATE_SHARE of an interval). One that came a little before or after that due time (the probes'
+    # phases differ, and a loaded probe publishes late) may have been sent before a cut that took every
+    # node at once.
+    outlived = max(heard[n].at + heard[n].interval_s * (1 + LATE_SHARE) for n in silent) + JITTER_S
+    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at > outlived]
     if any(n in quiet and quiet[n] == 0 and n not in alive for n in job_nodes):
         return None
     pace = f", about {step_s:.2g} s per step before" if step_s else ""
