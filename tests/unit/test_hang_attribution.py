@@ -110,3 +110,31 @@ def test_the_dump_is_parsed_into_threads_and_frames_innermost_first():
 def test_proc_stat_is_read_after_the_command_name():
     state, ticks = parse_stat("4242 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 120 30 0 0 20 0 9 0 1000")
     assert state == "S" and ticks == 150
+
+
+BACKWARD = """Process 4242: python ddp_train.py
+Python v3.11.7 (/venv/bin/python)
+
+Thread 4242 (idle): "MainThread"
+    _engine_run_backward (torch/autograd/graph.py:979)
+    backward (torch/autograd/__init__.py:395)
+    backward (torch/_tensor.py:623)
+    main (scripts/ddp_train.py:79)
+    <module> (scripts/ddp_train.py:120)
+"""
+
+
+def test_an_idle_rank_in_backward_without_native_frames_waits_with_the_ddp_victims():
+    # A 2x2 DDP job under load: rank 3 stuck in a native call, ranks 1 and 2 read in DDP's reducer, and rank 0's
+    # dump had no native frames: in autograd's backward, asleep, not a tick of CPU between the samples.
+    native, _ = _dump("gloo3-native-rank1.txt")
+    waiting, _ = _dump("gloo3-native-rank0.txt")
+    readings = [RankReading(0, "node3", 4242, BACKWARD, ProcSample("S", 0, 0.5)),
+                RankReading(1, "node3", 4243, waiting, SLEEPING), RankReading(2, "node4", 4244, waiting, SLEEPING),
+                RankReading(3, "node4", 4245, native, SLEEPING)]
+    verdict = attribute(readings)
+    assert verdict.blame == "node" and verdict.suspects == (3,) and verdict.suspect_nodes == ("node4",)
+    assert 0 in verdict.victims
+    # The same rank using CPU is computing its backward: not a victim, so the blame is unclear (no node).
+    busy = attribute([RankReading(0, "node3", 4242, BACKWARD, ProcSample("R", 40, 0.5)), *readings[1:]])
+    assert 0 in busy.suspects and busy.blame == "unclear" and busy.suspect_nodes == ()

@@ -202,6 +202,11 @@ def where(reading: RankReading) -> Where:
         above.append(f)
     if collective is None and any("Reducer" in f.func for f in above):
         collective = "all_reduce (DDP gradients)"  # DDP's reducer waits for the gradients' all_reduce in backward
+    elif collective is None and not above and python and _AUTOGRAD.search(python[0].file) and _idle(reading):
+        # In autograd's backward with no native frames read (py-spy's --native failed or was not run) and not
+        # one clock tick of CPU between the two /proc samples: waiting, and in a DDP job backward waits only
+        # for the gradients' all_reduce. A rank computing its backward uses CPU, and stays "library".
+        collective = "all_reduce (DDP gradients)"
     elif collective is None and any(_NATIVE_COLLECTIVE.search(f.func + " " + f.file) for f in above):
         collective = "wait"  # a work handle's wait() called from Python: only the native frames say so
     if collective is not None:
@@ -224,6 +229,15 @@ def where(reading: RankReading) -> Where:
     if not is_library(top.file):
         return Where("user", kept, place=place, call=builtin)
     return Where("library", kept, place=place, call=builtin or f"{top.func} ({short(top.file)}:{top.line})")
+
+
+_AUTOGRAD = re.compile(r"torch/autograd/")
+
+
+def _idle(reading: RankReading) -> bool:
+    """Asleep at both /proc samples' end with no CPU used between them (not in uninterruptible sleep)."""
+    return reading.proc is not None and reading.proc.state == "S" and reading.proc.cpu_ticks == 0 \
+        and reading.proc.blocked_threads == 0
 
 
 def _base(path: str) -> str:
