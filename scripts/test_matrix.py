@@ -21,6 +21,7 @@ of the run. The exit status is non-zero when anything failed, or when a tier col
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -40,7 +41,9 @@ PER_RELEASE = ["tests/e2e", "tests/reliability", "tests/security"]
 docs/security.md) reuses that stack and runs after the others."""
 FRAMEWORKS = ["tests/frameworks"]
 HOSTS = ["tests/hosts"]
-"""Faults between hosts (docs/reliability.md): once, on the host's Slurm, in the hosts topology."""
+"""Faults between hosts (docs/reliability.md): once, on the host's Slurm, in the hosts topology. It runs
+alone, after the other tiers: beside them (three stacks on two cores) its whole-rack cut failed in three
+runs of three (one node of the two cut went on publishing), while alone it passes; not yet understood."""
 RUN = REPO / ".run"
 TIER_STACKS = {
     # tier -> (run directory, port base): no two tiers share a stack, so they may run at the same time.
@@ -61,6 +64,7 @@ class Tier:
     env: dict[str, str] = field(default_factory=dict)
     before: list[list[str]] = field(default_factory=list)  # commands that prepare the tier (a release root)
     junit: bool = True
+    alone: bool = False  # run by itself, after the others (see HOSTS)
     rc: int | None = None
     seconds: float = 0.0
 
@@ -93,7 +97,7 @@ def tiers(releases: list[str], only_slurm: bool) -> list[Tier]:
     if only_slurm:
         return found
     shutil.rmtree(REPO / "test-artifacts" / "reliability" / "hosts", ignore_errors=True)
-    found.append(pytest_tier("hosts", HOSTS, stack_env("hosts")))
+    found.append(dataclasses.replace(pytest_tier("hosts", HOSTS, stack_env("hosts")), alone=True))
     first = releases[0]
     root = [] if first == "22.05" else [["bash", "scripts/slurm-root.sh", "build", first]]
     found.append(pytest_tier("frameworks", FRAMEWORKS, {"RELAUNCH_TEST_SLURM": first, **stack_env("frameworks")},
@@ -218,7 +222,8 @@ def main() -> int:
     watcher = threading.Thread(target=progress, args=(running, done, lock), daemon=True)
     watcher.start()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        ran = list(pool.map(tracked, todo))
+        ran = list(pool.map(tracked, [t for t in todo if not t.alone]))
+    ran += [tracked(t) for t in todo if t.alone]
     done.set()
     failed = [t for t in ran if t.rc != 0]
     for tier in failed:
