@@ -64,6 +64,7 @@ KNOWN_CLASSIFIER_MISSES = {
         "the nodes it names",
     "n222": "classified segfault (unknown, restart) without a host: the log is one srun line naming cn125; that the "
         "node is flaky is the admins' finding, not something the line shows",
+    "n241": "nothing found; the label says restart_after_fix_unknown (xla_runtime_error)",
 }
 
 
