@@ -56,6 +56,8 @@ CHANNELS = (
     Channel("eventReconcile", subjects.event_reconcile, schemas.ReconcileStatus, "the actuator"),
     Channel("eventHangEvidence", subjects.event_hang_evidence, schemas.HangEvidence,
             "the actuator, on a hang anomaly (docs/architecture.md, \"Hang evidence\")"),
+    Channel("eventCheckpoint", subjects.event_checkpoint, schemas.CheckpointFact,
+            "the detector, from save lines, relaunch.client reports and its progress watch (docs/goodput.md)"),
     Channel("eventAudit", subjects.event_audit, schemas.AuditEntry, "every service, and the API for overrides"),
     Channel("dlq", subjects.dlq, schemas.DeadLetter, "every service, for a message it could not accept"),
     Channel("controlInject", subjects.control_inject, schemas.FaultInjection,

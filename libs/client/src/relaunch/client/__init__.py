@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .consumer import broker, connect, decoder, pull_inbox
     from .events import EventStream, decode, subscribe
-    from .progress import ProgressReporter, report_progress
+    from .progress import ProgressReporter, report_checkpoint, report_progress
 
 __all__ = ["EventStream", "ProgressReporter", "broker", "connect", "decode", "decoder", "pull_inbox",
-           "report_progress", "subscribe"]
+           "report_checkpoint", "report_progress", "subscribe"]
 _HOME = {"EventStream": "events", "decode": "events", "subscribe": "events",
          "broker": "consumer", "connect": "consumer", "decoder": "consumer", "pull_inbox": "consumer",
-         "ProgressReporter": "progress", "report_progress": "progress"}
+         "ProgressReporter": "progress", "report_progress": "progress",
+         "report_checkpoint": "progress"}
 
 
 def __getattr__(name: str) -> Any:

@@ -54,12 +54,13 @@ class ProgressReporter:
 
     def report(self, step: int, throughput: float | None = None, step_time_s: float | None = None,
                rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
-               loss_scale: float | None = None, skipped: bool | None = None) -> None:
+               loss_scale: float | None = None, skipped: bool | None = None,
+               checkpoint_saved: bool | None = None) -> None:
         try:
             record = ProgressReported(cluster=self.cluster, job_id=self.job_id, step=step, throughput=throughput,
                                       step_time_s=step_time_s, rank=rank, node=self.node, at=dt.datetime.now(dt.UTC),
                                       loss=loss, grad_norm=grad_norm, loss_scale=loss_scale, skipped=skipped,
-                                      key=self.key)
+                                      key=self.key, checkpoint_saved=checkpoint_saved or None)
             self._queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1
@@ -143,12 +144,14 @@ _unset = False
 
 def report_progress(step: int, throughput: float | None = None, step_time_s: float | None = None,
                     rank: int | None = None, loss: float | None = None, grad_norm: float | None = None,
-                    loss_scale: float | None = None, skipped: bool | None = None) -> None:
+                    loss_scale: float | None = None, skipped: bool | None = None,
+                    checkpoint_saved: bool | None = None) -> None:
     """Report that the job reached `step`. A no-op outside a Slurm job (no SLURM_JOB_ID), and without
     RELAUNCH_NATS_URL (said once on stderr, where the job's log shows it).
 
     `loss` and `grad_norm` (NaN and infinity allowed), `loss_scale` and `skipped` (the step was skipped
-    for fp16 overflow) feed divergence detection (docs/policy.md, "Divergence")."""
+    for fp16 overflow) feed divergence detection (docs/policy.md, "Divergence"). `checkpoint_saved`: a
+    checkpoint holding `step` has just been written (report_checkpoint says it alone; docs/goodput.md)."""
     global _default, _unset
     if _default is None:
         if _unset:
@@ -168,4 +171,11 @@ def report_progress(step: int, throughput: float | None = None, step_time_s: flo
                                             node=os.environ.get("SLURMD_NODENAME"))
         if _default is None:
             return
-    _default.report(step, throughput, step_time_s, rank, loss, grad_norm, loss_scale, skipped)
+    _default.report(step, throughput, step_time_s, rank, loss, grad_norm, loss_scale, skipped, checkpoint_saved)
+
+
+def report_checkpoint(step: int) -> None:
+    """Report that a checkpoint holding `step` has been written (call it once the save is complete): a
+    fact of the ledger, from which relaunch tells what a failure cost and where a restart resumes
+    (docs/goodput.md). The same no-op rules as report_progress."""
+    report_progress(step, checkpoint_saved=True)

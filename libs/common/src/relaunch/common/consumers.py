@@ -20,7 +20,7 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig, DeliverPolicy
 
 from . import subjects
 from .bodies import parse_body
-from .schemas import (AnomalyDetected, AuditEntry, DeadLetter, FaultInjection, HangEvidence, InjectionAck, JobObserved,
+from .schemas import (AnomalyDetected, AuditEntry, CheckpointFact, DeadLetter, FaultInjection, HangEvidence, InjectionAck, JobObserved,
                       LogBatch, Message, NodeHealth, ProgressReported, ReconcileStatus, Advice)
 
 
@@ -89,6 +89,9 @@ DECIDER_NODES = Consumer("decider", subjects.DECIDER_NODES, NodeHealth, "gpu-pro
 DECIDER_HANG_EVIDENCE = Consumer("decider", subjects.DECIDER_HANG_EVIDENCE, HangEvidence,
                                  "Hang evidence (the ranks read from outside the job): into the ledger, for the "
                                  "hang's decision.", per_subject=True)
+DECIDER_CHECKPOINTS = Consumer("decider", subjects.DECIDER_CHECKPOINTS, CheckpointFact,
+                               "Checkpoint facts (saves, an attempt's first step and last progress): into the "
+                               "ledger, for lost time and the no-checkpoint rule.", per_subject=True, batch=64)
 # Different jobs' Advice reconciled at once, one job's in order: jobs that fail together no longer
 # wait for each other's requeue, release and StartTime=now; and short pulls, so that an Advice naked to
 # look again in 0.1-0.3 s (a successor still COMPLETING, the credential second) is back that soon, not
@@ -113,6 +116,7 @@ NOTIFIER_DLQ = Consumer("notifier", subjects.NOTIFIER_DLQ, DeadLetter,
 
 ALL: tuple[Consumer, ...] = (DETECTOR_LOGS, DETECTOR_JOBS, DETECTOR_PROGRESS, DETECTOR_NODES, DECIDER_JOBS,
                              DECIDER_ANOMALIES, DECIDER_RECONCILE, DECIDER_AUDIT, DECIDER_NODES, DECIDER_HANG_EVIDENCE,
+                             DECIDER_CHECKPOINTS,
                              ACTUATOR_ADVICE, ACTUATOR_HANGS,
                              NOTIFIER_AUDIT, NOTIFIER_RECONCILE, NOTIFIER_DLQ)
 

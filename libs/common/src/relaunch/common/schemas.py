@@ -119,6 +119,9 @@ class ProgressReported(Message):
         None, max_length=64, description="the reporting process's key, printed once by relaunch.client in the job's own "
                                          "log ('relaunch: progress key <key>'): a report is bound to its job only "
                                          "when the detector has read that line in the job's log (docs/security.md)")
+    checkpoint_saved: bool | None = Field(
+        None, description="the training saved a checkpoint holding this step (relaunch.client.report_checkpoint; "
+                          "additive in v1): a fact of the ledger, docs/goodput.md")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, ser_json_inf_nan="strings")
 
@@ -172,6 +175,9 @@ class Advice(Message):
     policy: dict[str, int | str | bool] = {}
     issued_at: dt.datetime
     expires_at: dt.datetime
+    resume_step: int | None = Field(
+        None, ge=0, description="a restart's: the step of the last checkpoint saved before the failure, which the "
+                                "successor is expected to resume from (additive in v1; None: no save seen)")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -384,9 +390,30 @@ class HangEvidence(Message):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+class CheckpointFact(Message):
+    """A fact about an attempt's progress that what a failure costs is computed from (docs/goodput.md):
+    a checkpoint save seen (its start or its end, from a framework's save line or relaunch.client), the
+    first step of an attempt (where it resumed), its last progress before its anomaly, or the step at which
+    it got back past the step the attempt before it failed at."""
+
+    schema_: Literal["relaunch.checkpoint_fact/v1"] = Field("relaunch.checkpoint_fact/v1", alias="schema")
+    cluster: Name
+    job_id: JobId
+    attempt: int = Field(ge=0)
+    kind: Literal["save_started", "saved", "first_step", "last_progress", "caught_up"] = Field(
+        description="save_started / saved: a checkpoint save's start / end; first_step: the attempt's first step; "
+                    "last_progress: its last step before its anomaly; caught_up: the first step at which it passed "
+                    "the step the attempt before it failed at")
+    step: int | None = Field(None, ge=0, description="the training step (a save's: the step it holds; None: not said "
+                                                        "and no step seen yet)")
+    at: dt.datetime = Field(description="when the line was read or the report made")
+    source: Literal["log", "client", "detector"] = "log"
+    preset: str = Field("", max_length=32, description="the framework whose wording was read (megatron, hf_trainer...)")
+
+
 ALL_MODELS: tuple[type[Message], ...] = (
     JobObserved, LogBatch, ProgressReported, AnomalyDetected, Advice, ReconcileStatus, AuditEntry, NodeHealth, DeadLetter,
-    FaultInjection, InjectionAck, HangEvidence,
+    FaultInjection, InjectionAck, HangEvidence, CheckpointFact,
 )
 
 

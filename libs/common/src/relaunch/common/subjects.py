@@ -43,6 +43,11 @@ def event_hang_evidence(cluster: str, job_id: str) -> str:
     return f"{PREFIX}.event.hang_evidence.{cluster}.{job_id}"
 
 
+def event_checkpoint(cluster: str, job_id: str) -> str:
+    """CheckpointFact: a save, an attempt's first step, its last progress (docs/goodput.md)."""
+    return f"{PREFIX}.event.checkpoint.{cluster}.{job_id}"
+
+
 def event_audit(cluster: str, job_id: str) -> str:
     return f"{PREFIX}.event.audit.{cluster}.{job_id}"
 
@@ -70,6 +75,7 @@ ALL_ADVICE = f"{PREFIX}.advice.>"
 ALL_RECONCILE = f"{PREFIX}.event.reconcile.>"
 ALL_AUDIT = f"{PREFIX}.event.audit.>"
 ALL_HANG_EVIDENCE = f"{PREFIX}.event.hang_evidence.>"
+ALL_CHECKPOINTS = f"{PREFIX}.event.checkpoint.>"
 ALL_EVENTS = f"{PREFIX}.event.>"
 ALL_DLQ = f"{PREFIX}.dlq.>"
 ALL_CONTROL_INJECT = f"{PREFIX}.control.inject.>"
@@ -120,6 +126,8 @@ DECIDER_NODES = ConsumerSpec("decider-nodes", SIGNALS, ALL_SIGNAL_NODE, ack_wait
 # Hang evidence, into the ledger with its anomaly (the hang's decision waits for it, a bounded time).
 DECIDER_HANG_EVIDENCE = ConsumerSpec("decider-hang-evidence", EVENTS, ALL_HANG_EVIDENCE, ack_wait_s=30,
                                      max_deliver=100)
+# Checkpoint facts, into the ledger (what a failure cost, and the no-checkpoint rule: docs/goodput.md).
+DECIDER_CHECKPOINTS = ConsumerSpec("decider-checkpoints", EVENTS, ALL_CHECKPOINTS, ack_wait_s=30, max_deliver=100)
 # The actuator acks an Advice only at a terminal outcome and naks to look again meanwhile, so
 # redeliveries are unbounded by design; expiry (Advice.expires_at) ends a stuck one instead.
 # ack_wait is short so that the Advice a killed actuator was handling comes back quickly to the

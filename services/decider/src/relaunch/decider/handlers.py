@@ -17,10 +17,10 @@ from relaunch.common.hangs.triggers import wants_evidence
 from relaunch.common.optin import parse_comment
 from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicySet, resolve
-from relaunch.common.schemas import (Advice, AnomalyDetected, AuditEntry, HangEvidence, JobObserved, NodeHealth,
-                                     ReconcileStatus)
+from relaunch.common.schemas import (Advice, AnomalyDetected, AuditEntry, CheckpointFact, HangEvidence, JobObserved,
+                                     NodeHealth, ReconcileStatus)
 
-from .adapters import hang_evidence_store
+from .adapters import checkpoint_store, hang_evidence_store
 from .adapters.ledger import FINAL_STATES, JobTx, Ledger
 from .domain import attribution, hang_verdicts, reputation
 from .domain.attribution import Suspect
@@ -105,6 +105,9 @@ class Decider:
 
     async def on_hang_evidence(self, evidence: HangEvidence, delivery: Delivery) -> None:
         await hang_evidence_store.record(self.ledger.pool, evidence)
+
+    async def on_checkpoint(self, fact: CheckpointFact, delivery: Delivery) -> None:
+        await checkpoint_store.record(self.ledger.pool, fact)
 
     async def _decide_batch(self, batch: list[tuple[Pending, asyncio.Future[Advice | None]]]) -> None:
         """Decide a batch of anomalies, a job's first in one transaction (`_decide_round`), a second of

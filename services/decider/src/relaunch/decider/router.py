@@ -1,4 +1,4 @@
-"""The decider's FastStream router: its six consumers (declared in relaunch.common.consumers) and
+"""The decider's FastStream router: its seven consumers (declared in relaunch.common.consumers) and
 the Advice it publishes (through the transactional outbox, relaunch.decider.outbox)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def router(decider: Decider | None = None, inbox_prefix: str = "_INBOX") -> Nats
     route(r, consumers.DECIDER_AUDIT, d and d.on_audit, inbox_prefix)
     route(r, consumers.DECIDER_NODES, d and d.on_node, inbox_prefix)
     route(r, consumers.DECIDER_HANG_EVIDENCE, d and d.on_hang_evidence, inbox_prefix)
+    route(r, consumers.DECIDER_CHECKPOINTS, d and d.on_checkpoint, inbox_prefix)
     r.publisher(subjects.advice("{cluster}", "{job_id}"), stream=JStream(subjects.ADVICE.name, declare=False),
                 schema=Advice, title="advice", description="Advice, published by the outbox with its Msg-Id.")
     return r

@@ -57,6 +57,7 @@ async def amain() -> None:
                               stragglers.StragglerPolicy(fraction=settings.straggler_fraction),
                               sweep_s=settings.hang_sweep_s, handled_until=progress_read_until,
                               cache_jobs=settings.state_cache_jobs, anomalies=anomalies, last_look=follower.read_job)
+    anomalies.progress = tracker.progress_of  # a failure's last progress, a fact of the ledger (docs/goodput.md)
     history = ProgressHistory(ProgressStore(common.redis_url), common.cluster)
     detector = Detector(bus, state, follower, catalogue, settings.failure_grace_s, tracker, anomalies, history)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from faststream.nats import JStream, NatsRouter
 
 from relaunch.common import consumers, subjects
-from relaunch.common.schemas import AnomalyDetected, LogBatch
+from relaunch.common.schemas import AnomalyDetected, CheckpointFact, LogBatch
 from relaunch.common.serving import route
 
 from .handlers import Detector
@@ -28,4 +28,8 @@ def router(detector: Detector | None = None, inbox_prefix: str = "_INBOX",
                 schema=AnomalyDetected, title="anomaly", description="A crash, hang, divergence or straggler.")
     r.publisher(subjects.signal_log("{cluster}", "{job_id}"), stream=JStream(subjects.SIGNALS.name, declare=False),
                 schema=LogBatch, title="log batch", description="New lines of a job's log, from the follower.")
+    r.publisher(subjects.event_checkpoint("{cluster}", "{job_id}"), stream=JStream(subjects.EVENTS.name, declare=False),
+                schema=CheckpointFact, title="checkpoint fact",
+                description="A checkpoint save, an attempt's first step, its last progress or its catching up "
+                            "(docs/goodput.md).")
     return r

@@ -29,11 +29,12 @@ from .gate import CrashFirst
 from .adapters.hotstate import HELD, HotState, lines_length, parse_nodes
 from .anomalies import AnomalyPublisher
 from .adapters.statecache import StateCache
-from .domain import hangs, lost_nodes, stragglers
+from .domain import checkpoints, hangs, lost_nodes, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.track import ProgressTrack, from_record, report_delta
 from .domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint, parse_line
+from .checkpoint_facts import FactPublisher
 from relaunch.common.progress import divergence
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class ProgressTracker:
         self._policies: dict[str, tuple[hangs.HangPolicy, stragglers.StragglerPolicy]] = {}
         self._lanes = KeyedLanes()
         """One lane per job: a batch waits for the earlier batches of its jobs (see on_progress_batch)."""
+        self.facts = FactPublisher(bus)
+        """Checkpoint saves, each attempt's first step and catching up: into the ledger (docs/goodput.md)."""
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
@@ -111,7 +114,7 @@ class ProgressTracker:
                               results: list[Exception | None]) -> None:
         held = self.cache.held(mine)
         loaded = await self.state.progress_many(self.cluster, list(mine), {j: t for j, (t, _) in held.items()})
-        saves, tracks, found, divergences = [], [], [], []
+        saves, tracks, found, divergences, facts = [], [], [], [], []
         for job_id, indexes in mine.items():
             info, _token, data = loaded[job_id]
             if not info.get("attempt"):
@@ -137,6 +140,7 @@ class ProgressTracker:
                 live = _track_of(data, hang_keep, samples_kept)
             if live is not None and live.attempt > attempt:
                 continue  # an older attempt's reports arriving late
+            high_before = live.high_step if live is not None and live.attempt == attempt else None
             diverged = verdict = None
             for i in indexes:
                 msg, delivery = items[i]
@@ -166,6 +170,10 @@ class ProgressTracker:
                     verdict = (v, msg.at)
             if live is None:
                 continue
+            facts.extend(checkpoints.from_reports(
+                self.cluster, job_id, attempt, [(items[i][0].step, items[i][0].at, bool(items[i][0].checkpoint_saved))
+                                                for i in indexes],
+                high_before, checkpoints.catch_up_target(info.get(checkpoints.CATCH_UP_FIELD), attempt)))
             deadline, first = live.deadline(hang_policy), not info.get("progress_seen")
             if lines and (added := b"".join(lines)) and lines_length(after) + len(added) <= LINES_MAX:
                 saves.append((job_id, added, deadline, first, after))
@@ -176,6 +184,8 @@ class ProgressTracker:
                 found.append((job_id, attempt, verdict, indexes))
             if diverged is not None:
                 divergences.append((job_id, attempt, diverged, indexes))
+        # Before the states are saved: a failed publish has the batch redelivered and its facts found again.
+        await self.facts.publish(facts)
         written = await self.state.save_progress_many(self.cluster, saves)
         refused = [k for k, token in enumerate(written) if token is None]
         if refused:  # another replica wrote one of these states meanwhile: the whole state, as before lines
@@ -223,7 +233,11 @@ class ProgressTracker:
         at_s = seconds(at)
         if live is None or live.attempt != attempt:  # a new attempt starts fresh
             live = ProgressTrack(attempt, round(at_s, 3), hang_policy.window, policy.samples_kept).carrying(live)
+        high_before = live.high_step
         live.observe(marks, at_s, hang_policy.window, policy.samples_kept)
+        await self.facts.publish(checkpoints.from_marks(
+            self.cluster, job_id, attempt, marks, at, high_before,
+            checkpoints.catch_up_target(info.get(checkpoints.CATCH_UP_FIELD), attempt)))
         diverged = None
         for mark in marks:
             if isinstance(mark, CheckpointMark):

@@ -123,7 +123,7 @@ def permissions(cluster: str, nodes: list[str], shared_probe: bool = False,
     users = {
         ADMIN: {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}},
         # (audit: a job's output it refused to read for the job's user, docs/security.md)
-        "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>", audit,
+        "detector": _service("detector", [f"{p}.signal.log.>", f"{p}.event.anomaly.>", f"{p}.event.checkpoint.>", audit,
                                           # after Redis lost its state: the last JobObserved per job
                                           # (relaunch.detector.rebuilding)
                                           f"{API}.STREAM.MSG.GET.{subjects.SIGNALS.name}"],

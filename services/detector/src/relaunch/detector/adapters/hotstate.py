@@ -140,6 +140,10 @@ class HotState:
         follower reads the set again only then."""
         return await self._call(self.r.get(f"rl:followv:{cluster}"))
 
+    async def note(self, cluster: str, job_id: str, name: str, value: str) -> None:
+        """One field of the job's hash, without following the job (track follows it)."""
+        await self._call(self.r.hset(f"rl:job:{cluster}:{job_id}", name, value))
+
     async def set_offset(self, cluster: str, job_id: str, path: str, offset: int) -> None:
         await self._call(self.r.hset(f"rl:job:{cluster}:{job_id}", f"off:{path}", offset))
 
