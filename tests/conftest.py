@@ -53,10 +53,34 @@ INFRA_API = "rest" if SLURM in REST_RELEASES else "cli"
 _api_in_use = {"api": "cli"}
 
 
+class StackFailed(Exception):
+    """scripts/stack.sh failed: the message holds what it printed and the end of the stack's newest logs, so that
+    a failure read from CI's tail (where only pytest's report survives) says which server did not come up and why."""
+
+
+def _log_tails(lines: int = 15, newest: int = 4) -> str:
+    logs = [p for d in (RUN / "log", RUN / "slurm" / "log") if d.is_dir() for p in d.iterdir() if p.is_file()]
+    logs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    parts = []
+    for log in logs[:newest]:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 def _stack(*args: str) -> None:
     infra = {"RELAUNCH_SLURM_API": INFRA_API} if args[:1] == ("infra-up",) else {}
-    subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], check=True, timeout=300,
-                   env={**os.environ, **STACK_ENV, **infra})
+    try:
+        done = subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], timeout=300,
+                              env={**os.environ, **STACK_ENV, **infra}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace")
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        raise StackFailed(f"stack.sh {' '.join(args)} ran past 300 s; it printed:\n{out[-4000:]}\n{_log_tails()}") from None
+    print(done.stdout, end="")
+    if done.returncode:
+        raise StackFailed(f"stack.sh {' '.join(args)} exited {done.returncode} (run dir {RUN}); it printed:\n"
+                          f"{done.stdout[-4000:]}\n{_log_tails()}")
 
 
 def _stop(service: str) -> None:

@@ -54,6 +54,16 @@ def ledger(job_id: str) -> dict:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+def clear_node(node: str, reason: str) -> None:
+    """`relaunch nodes clear NODE` as the operator after a repair (docs/policy.md, "Forgetting a repaired node"):
+    the decider no longer counts the node's exclusions by earlier jobs. Tests that fault nodes on purpose clear them
+    afterwards; otherwise their exclusions are node history that leaves the node out of the next test's jobs."""
+    token = Path(os.environ.get("RELAUNCH_RUN_DIR", "")) / "api-token"
+    out = subprocess.run([str(VENV_BIN / "relaunch"), "nodes", "clear", node, "--reason", reason],
+                         capture_output=True, text=True, env={**os.environ, "RELAUNCH_API_TOKEN_FILE": str(token)})
+    assert out.returncode == 0, f"relaunch nodes clear {node}: {out.stdout}{out.stderr}"
+
+
 def stack(env: dict, *args: str, service_env: dict | None = None) -> None:
     """scripts/stack.sh against the test stack (e.g. services-up starts whatever is not running);
     `service_env` goes to the services it starts (their RELAUNCH_* settings)."""

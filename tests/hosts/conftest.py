@@ -24,6 +24,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))  # slurmjob
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))  # faults (the results table)
 
 
+@pytest.fixture(autouse=True)
+def repaired_nodes(request):
+    """Each test starts on nodes with no record: every node's earlier exclusions cleared, as an operator does after
+    a repair (`relaunch nodes clear`, docs/policy.md "Forgetting a repaired node"). The tests here cut, freeze and
+    blame nodes on purpose, and with the lost-node evidence behind them those exclusions are node history
+    ("Node history": weight >= 1.5 and corroborated) that rightly leaves a node out of every later job it fails in:
+    the whole-rack cut, or the culprit tests, then saw one more node left out than the fault they made."""
+    if "services" in request.fixturenames:
+        import subprocess
+
+        from slurmjobs import clear_node
+        request.getfixturevalue("services")
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout
+        for node in sorted(set(out.split())):
+            clear_node(node, f"before {request.node.name}")
+    yield
+
+
 def pytest_collection_modifyitems(items):
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="the hosts topology needs root (ip netns, veth pairs)")

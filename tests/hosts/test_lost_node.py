@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from faults import record_hosts
-from slurmjobs import REPO, job_fields, ledger, stack, wait_until
+from slurmjobs import REPO, clear_node, job_fields, ledger, stack, wait_until
 
 from relaunch.actuator.domain.hostlists import expand
 
@@ -62,6 +62,7 @@ def restore(env: dict, nodes: list[str], how: str = "cut") -> None:
     stack(env, "heal" if how == "cut" else "thaw", *nodes)
     for node in nodes:
         wait_until(f"{node}'s slurmd to answer again", lambda n=node: _resume(n), timeout=60)
+        clear_node(node, f"{how} repaired")  # its exclusion is history the next trial's job must not inherit
 
 
 def _resume(node: str) -> bool:
@@ -159,6 +160,7 @@ def _trial(services, how: str, victim_of) -> dict:
     if how == "kill":
         stack(stack_env(services), "revive", victim)
         wait_until(f"{victim}'s slurmd to answer again", lambda: _resume(victim), timeout=60)
+        clear_node(victim, "revived")
     else:
         restore(stack_env(services), [victim], how)
     assert anomaly["nodes"] == [victim] and victim in advice["exclude_nodes"], (anomaly, advice)

@@ -40,9 +40,6 @@ def node_addr(node: str) -> str:
     return next(t.split("=", 1)[1] for t in out.split() if t.startswith("NodeAddr="))
 
 
-@pytest.mark.skip(reason="order-dependent in the hosts tier (session 26): run after the lost-node tests it failed, run "
-                         "before them the whole-rack cut failed; passes alone (RELAUNCH_TEST_RUN_DIR=.run/test-hosts "
-                         "RELAUNCH_TEST_PORT_BASE=27000 pytest tests/hosts/test_peer_blame.py); issue 38 says what is left")
 def test_a_cut_host_is_left_out_never_the_host_that_survived(services):
     job = submit(services)
     nodes = wait_until("the job on two hosts", lambda: running_on_two(job), timeout=60)

@@ -8,7 +8,7 @@ from relaunch.actuator.domain.commands import drain_argv
 from relaunch.actuator.domain.draining import plan_downs
 from relaunch.actuator.domain.observing import NodeCondition
 from relaunch.common.schemas import Advice
-from relaunch.detector.domain.lost_nodes import Heard, Progress, verdict
+from relaunch.detector.domain.lost_nodes import Heard, Progress, anomaly, at_hang, verdict
 
 NOW = 1_000_000.0
 STEADY = Progress(at=NOW - 0.2, step=400, intervals=(0.2,) * 20)
@@ -120,3 +120,43 @@ def test_a_heartbeat_sent_just_before_the_silent_nodes_due_time_proves_nothing()
     # Heard half an interval (and the jitter) after node2's due time: node1 outlived it.
     found = verdict(["node1", "node2"], heard(node1=1.0, node2=4.5), Progress(NOW - 4.2, 9, (0.2,)), NOW)
     assert found.kind == "lost" and found.nodes == ("node2",)
+
+
+# -- at a hang (lost_nodes.at_hang): the step that outlived the heartbeat ------------------------------------------
+
+def test_a_step_seen_after_the_heartbeat_was_due_exonerates_the_host_until_the_job_hangs():
+    """Seen in the hosts tier under load: node2's last heartbeat 6.3 s before the sweep, the last step (read late)
+    0.3 s before it; the verdict says "probe alone"; ten seconds later the job is hung and node2 still silent
+    while node1 reports: node2 is the lost host."""
+    last_step = Progress(NOW - 0.3, 9, (0.2,) * 8)
+    assert verdict(["node1", "node2"], heard(node1=0.4, node2=6.3), last_step, NOW).kind == "probe_silent"
+    later = NOW + 10.0
+    hb = {"node1": Heard(later - 0.5, 2.0), "node2": Heard(NOW - 6.3, 2.0)}
+    found = at_hang(["node1", "node2"], hb, last_step, later)
+    assert found is not None and found.kind == "lost" and found.nodes == ("node2",)
+    assert "silent since just before the job's last step" in found.reason and "node1 still report" in found.reason
+    made = anomaly("c", "41", 0, found, hb, __import__("datetime").datetime.fromtimestamp(later, dt.UTC), 9,
+                   "x; hang")
+    assert made.category == "node_lost" and made.action == "restart_excluding" and made.nodes == ["node2"]
+    assert made.summary == "x; hang" and made.evidence[0].path == "gpu-probe:node2"
+
+
+def test_a_probe_silent_long_before_the_last_step_is_a_probe_alone_at_a_hang_too():
+    """A probe that died minutes before a software hang: the job stepped on for minutes without it."""
+    last_step = Progress(NOW - 30.0, 900, (0.2,) * 8)
+    assert at_hang(["node1", "node2"], {"node1": Heard(NOW - 0.5, 2.0), "node2": Heard(NOW - 200.0, 2.0)},
+                   last_step, NOW) is None
+
+
+def test_a_hang_with_every_node_heard_or_every_node_silent_names_no_lost_host():
+    last_step = Progress(NOW - 12.0, 50, (0.2,) * 8)
+    assert at_hang(["node1", "node2"], heard(node1=0.5, node2=1.0), last_step, NOW) is None
+    assert at_hang(["node1", "node2"], heard(node1=14.0, node2=14.5), last_step, NOW) is None
+    assert at_hang(["node1", "node2"], heard(node1=0.5), Progress(None), NOW) is None
+
+
+def test_a_node_heard_only_around_the_silent_ones_due_time_does_not_prove_it_outlived_them():
+    last_step = Progress(NOW - 12.0, 50, (0.2,) * 8)
+    # node2's heartbeat was due at NOW-12; node1 last heard at NOW-11.5: within the late share, proves nothing
+    hb = {"node1": Heard(NOW - 11.5, 20.0), "node2": Heard(NOW - 14.0, 2.0)}
+    assert at_hang(["node1", "node2"], hb, last_step, NOW) is None

@@ -17,12 +17,11 @@ from collections.abc import Awaitable, Callable
 from relaunch.common.outcomes import Delivery
 from relaunch.common.clock import utcnow
 from relaunch.common.periodic import every, warn_on
-from relaunch.common.schemas import AnomalyDetected, EvidenceLine, NodeHealth
+from relaunch.common.schemas import NodeHealth
 
 from .adapters.hotstate import HotState, parse_nodes
 from .anomalies import AnomalyPublisher
 from .domain import lost_nodes
-from .domain.detection import anomaly_id
 from .metrics import PROBE_SILENT
 from .tracking import ProgressTracker
 
@@ -84,17 +83,8 @@ class LostNodeWatch:
 
     async def _publish(self, job_id: str, attempt: int, members: list[str], found: lost_nodes.Verdict,
                        heard: dict[str, lost_nodes.Heard], now: dt.datetime) -> None:
-        evidence = [EvidenceLine(path=f"gpu-probe:{n}", offset=0,
-                                 text=f"last NodeHealth from {n} at "
-                                      f"{dt.datetime.fromtimestamp(heard[n].at, dt.UTC):%H:%M:%S.%f}"[:-3] + " UTC")
-                    for n in found.silent]
-        last = await self.tracker.last_step(job_id, attempt)
-        anomaly = AnomalyDetected(
-            anomaly_id=anomaly_id(self.cluster, job_id, attempt, "node_lost"), cluster=self.cluster, job_id=job_id,
-            attempt=attempt, kind="hang", source="node", signature_id="node_lost", category="node_lost",
-            fault_domain="infrastructure", action="restart_excluding" if found.nodes else "restart",
-            summary=found.reason[:2000], nodes=list(found.nodes), evidence=evidence, detected_at=now,
-            last_step=last)
+        anomaly = lost_nodes.anomaly(self.cluster, job_id, attempt, found, heard, now,
+                                     await self.tracker.last_step(job_id, attempt))
         # The evidence was complete when the silence passed its threshold.
         due = max(heard[n].at + max(lost_nodes.MISSED * heard[n].interval_s, lost_nodes.MIN_SILENCE_S)
                   for n in found.silent)

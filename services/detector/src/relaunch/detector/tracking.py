@@ -301,6 +301,11 @@ class ProgressTracker:
                 continue
             self._looked.pop(job_id, None)
             due = dt.datetime.fromtimestamp(deadline, dt.UTC)
+            if lost := await self._lost_at_hang(job_id, attempt, info, hang_state, horizon):
+                await self._publish(due, lost_nodes.anomaly(
+                    self.cluster, job_id, attempt, lost[0], lost[1], now, hang_state.high_step,
+                    f"{lost[0].reason}; {found.reason}"))
+                continue
             await self._publish(due, AnomalyDetected(
                 anomaly_id=anomaly_id(self.cluster, job_id, attempt, "hang"), cluster=self.cluster, job_id=job_id,
                 attempt=attempt, kind="hang", source="progress", signature_id="hang_no_progress", category="hang",
@@ -308,6 +313,15 @@ class ProgressTracker:
                 nodes=parse_nodes(info.get("nodes")), detected_at=now, last_step=hang_state.high_step,
                 advanced=bool(hang_state.intervals),  # a step interval learnt: it stepped forward since it began
             ))
+
+    async def _lost_at_hang(self, job_id: str, attempt: int, info: dict, hang_state: hangs.HangState,
+                            horizon: dt.datetime) -> tuple[lost_nodes.Verdict, dict] | None:
+        """A node that fell silent just before the hung job's last step (lost_nodes.at_hang), with the heartbeats."""
+        heard = {n: lost_nodes.Heard(at, interval) for n, (at, interval) in
+                 (await self.state.heard_all(self.cluster)).items()}
+        progress = lost_nodes.Progress(hang_state.progress_at, hang_state.high_step)
+        found = lost_nodes.at_hang(parse_nodes(info.get("nodes")), heard, progress, horizon.timestamp())
+        return (found, heard) if found else None
 
     async def _unread_lines(self, job_id: str) -> bool:
         """A last look at the job's log files before its hang is declared. The lines found are published

@@ -18,13 +18,23 @@ seconds that a host is gone (docs/reliability.md, "Faults between hosts"). Rules
   heartbeat: a node merely not yet overdue proves nothing, and the verdict waits for it); when every node of the job is silent at once (a whole-rack cut, or the bus itself unreachable from the hosts), the verdict
   names none, so that the restart excludes nothing and the job waits in the queue instead of being
   sent away from the partition (docs/policy.md).
+- when the hang watch declares a hang (`at_hang`), a node that fell silent shortly before the job's last
+  step (within MISSED + 1 of its heartbeat intervals and SLACK_S) while another node of the job was heard
+  after that step is the lost host: the step proved the host alive a moment longer than its heartbeat did
+  (a heartbeat that died with the cut in flight, a log read late on a loaded host), and the verdict above
+  took it for a probe alone. A probe silent for longer before the last step is a probe alone, hang or not.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import statistics
 from dataclasses import dataclass
 from typing import Literal
+
+from relaunch.common.schemas import AnomalyDetected, EvidenceLine
+
+from .detection import anomaly_id
 
 MISSED = 2
 """Heartbeat intervals without a NodeHealth before a node counts as silent (the job's stopped progress
@@ -124,3 +134,39 @@ def verdict(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
     return Verdict("lost", silent, silent,
                    f"lost host: {described}, while {', '.join(alive)} still report; no training step for "
                    f"{stalled:.1f} s{at_step}{pace}")
+
+
+def at_hang(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, now: float) -> Verdict | None:
+    """The lost host behind a hang the progress watch declared, or None (see the module's last rule)."""
+    if progress.at is None:
+        return None
+    quiet = {n: silence(heard[n], now) for n in job_nodes if n in heard}
+    silent = tuple(sorted(n for n, s in quiet.items() if s > 0
+                          and heard[n].at >= progress.at - (MISSED + 1) * heard[n].interval_s - SLACK_S))
+    if not silent:
+        return None
+    since = max(progress.at, max(heard[n].at + heard[n].interval_s * (1 + LATE_SHARE) for n in silent) + JITTER_S)
+    alive = [n for n in job_nodes if n in quiet and quiet[n] == 0 and heard[n].at > since]
+    if not alive:
+        return None  # nothing proves the other hosts outlived it: the hang stands as it is
+    described = "; ".join(f"{n}: no gpu-probe heartbeat for {quiet[n]:.1f} s (one every {heard[n].interval_s:g} s)"
+                          for n in silent)
+    return Verdict("lost", silent, silent,
+                   f"lost host: {described}, silent since just before the job's last step "
+                   f"({now - progress.at:.1f} s ago), while {', '.join(alive)} still report")
+
+
+def anomaly(cluster: str, job_id: str, attempt: int, found: Verdict, heard: dict[str, Heard], now: dt.datetime,
+            last_step: int | None, reason: str | None = None) -> AnomalyDetected:
+    """The node_lost anomaly of a lost verdict: a hang of the attempt, restarted without the lost nodes (none: a
+    plain restart), its evidence each silent node's last heartbeat."""
+    evidence = [EvidenceLine(path=f"gpu-probe:{n}", offset=0,
+                             text=f"last NodeHealth from {n} at "
+                                  f"{dt.datetime.fromtimestamp(heard[n].at, dt.UTC):%H:%M:%S.%f}"[:-3] + " UTC")
+                for n in found.silent]
+    return AnomalyDetected(
+        anomaly_id=anomaly_id(cluster, job_id, attempt, "node_lost"), cluster=cluster, job_id=job_id,
+        attempt=attempt, kind="hang", source="node", signature_id="node_lost", category="node_lost",
+        fault_domain="infrastructure", action="restart_excluding" if found.nodes else "restart",
+        summary=(reason or found.reason)[:2000], nodes=list(found.nodes), evidence=evidence, detected_at=now,
+        last_step=last_step)
