@@ -45,7 +45,7 @@ def test_the_operator_file_decides_what_loosens(tmp_path, monkeypatch):
     result = check("relaunch:max_attempts=3,straggler=on", "--policy-file", str(path), "--json")
     assert result.exit_code == 2
     out = json.loads(result.stdout)
-    assert out["mode"] == "observe-only" and out["policy_file"] == str(path) and out["grammar"] == 4
+    assert out["mode"] == "observe-only" and out["policy_file"] == str(path) and out["grammar"] == 5
     assert [e.split(" loosens")[0] for e in out["errors"]] == ["max_attempts=3", "straggler=on"]
     monkeypatch.setenv("RELAUNCH_DECIDER_POLICY_FILE", str(path))  # the decider's own setting is honoured
     assert check("relaunch:max_attempts=2").exit_code == 0

@@ -1,4 +1,4 @@
-"""The opt-in grammar of the Slurm job comment, version 4 (contract: docs/policy.md, "The job comment").
+"""The opt-in grammar of the Slurm job comment, version 5 (contract: docs/policy.md, "The job comment").
 
 A job takes part when its comment holds the token `relaunch`, optionally with options:
 `relaunch:key=value,key=value` (no spaces). Other text may share the comment, separated by
@@ -13,7 +13,8 @@ Version 4 reads options written with spaces after the colon or after a comma (`r
 `relaunch:max_attempts=1, hang_timeout=600`) as the options they look like: version 3 left such a piece
 as other text and so dropped the option in silence. Only a piece holding '=' right after `relaunch:` or
 after a trailing ',' is joined, so a wrong key there is an error (observe-only), never a silence; every
-comment written as version 3 documents it (no spaces inside the token) means the same.
+comment written as version 3 documents it (no spaces inside the token) means the same. Version 5 only
+adds `checkpoint_failures` to version 4.
 
 Pure: no I/O. The comment is user-supplied text (anyone who can submit a job writes it): it is only
 ever parsed, never executed; numbers are matched as ASCII digits of bounded length (str.isdigit
@@ -25,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-GRAMMAR_VERSION = 4
+GRAMMAR_VERSION = 5
 TOKEN = "relaunch"
 MAX_COMMENT = 4096
 """Longer comments are cut before parsing; Slurm itself allows more, we need none of it."""
@@ -78,6 +79,9 @@ OPTIONS: dict[str, OptionSpec] = {
                              "stop: cancel a diverged run (NaN loss, loss-scale collapse, skipped-step storm); "
                              "report: only report it; restart: restart it (from its last checkpoint)",
                              choices=("stop", "report", "restart")),
+    "checkpoint_failures": OptionSpec("checkpoint_failures", "int", 0, 100, 2,
+                                      "stop the job when this many failed attempts in a row saved no checkpoint "
+                                      "(once relaunch has seen it save one; 0: never)"),
 }
 _SWITCH = {"on": 1, "off": 0, "true": 1, "false": 0, "1": 1, "0": 0}
 

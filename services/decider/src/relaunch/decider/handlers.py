@@ -20,6 +20,8 @@ from relaunch.common.policies.policy_set import PolicySet, resolve
 from relaunch.common.schemas import (Advice, AnomalyDetected, AuditEntry, CheckpointFact, HangEvidence, JobObserved,
                                      NodeHealth, ReconcileStatus)
 
+from relaunch.common.goodput import Save, completed_saves
+
 from .adapters import checkpoint_store, hang_evidence_store
 from .adapters.ledger import FINAL_STATES, JobTx, Ledger
 from .domain import attribution, hang_verdicts, reputation
@@ -76,6 +78,9 @@ class Decider:
         self.hang_evidence_wait = hang_evidence_wait
         self._hang_evidence: dict[str, tuple[dict | None, str | None]] = {}
         """anomaly id -> (its hang evidence, the place the attempt before's blamed), while it is decided."""
+        self._saves: dict[str, tuple[Save, ...]] = {}
+        """anomaly id -> the job's checkpoints known saved (the no_checkpoint rule, Advice.resume_step),
+        while it is decided."""
 
     async def on_job(self, obs: JobObserved, delivery: Delivery) -> None:
         await self.ledger.record_observation(obs, resolve(parse_comment(obs.comment), self.policies))
@@ -83,6 +88,8 @@ class Decider:
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         if self.hang_evidence_wait and wants_evidence(anomaly):
             await self._await_hang_evidence(anomaly)
+        facts = await checkpoint_store.of_job(self.ledger.pool, anomaly.cluster, anomaly.job_id)
+        self._saves[anomaly.anomaly_id] = completed_saves(facts, {anomaly.attempt: anomaly.last_step})
         try:
             # Decided with the other jobs' anomalies that came with it (group_commit, _decide_batch).
             advice = await self.batches.submit((anomaly, delivery, telemetry.current_traceparent()))
@@ -90,6 +97,7 @@ class Decider:
             # After the commit: each decision's audit entry (and an Advice) waits in the outbox.
             self.outbox.kick()
             self._hang_evidence.pop(anomaly.anomaly_id, None)
+            self._saves.pop(anomaly.anomaly_id, None)
         if advice is not None:
             ADVICE.labels(advice.operation).inc()  # after the commit, so a rolled-back Advice is not counted
 
@@ -254,6 +262,7 @@ class Decider:
                                          previous=history.implicated(anomaly.attempt - 1),
                                          ib_pair=policy.ib_pair, half_life=self.half_life,
                                          slurm_state=record.state if record is not None else "")
+        history = replace(history, saves=self._saves.get(anomaly.anomaly_id, ()))
         hang, place_before = self._hang_evidence.get(anomaly.anomaly_id, (None, None))
         suspects = hang_verdicts.with_hang_suspects(suspects, hang, job_nodes)
         deadlock = hang_verdicts.deadlock(hang, place_before)
@@ -269,6 +278,8 @@ class Decider:
             detail["left_in"] = list(decision.left_in)
         if decision.exclude_nodes:
             detail["exclude_nodes"] = list(decision.exclude_nodes)
+        if decision.resume_step is not None:
+            detail["resume_step"] = decision.resume_step
         key = f"decider.{anomaly.anomaly_id}"
         refs = [f"anomaly:{anomaly.anomaly_id}"] + [
             f"node:{s.node}:{s.confidence:.2f}:{r}"[:500] for s in suspects for r in s.reasons]
@@ -301,6 +312,7 @@ class Decider:
             generation=decision.generation, operation=operation, exclude_nodes=list(decision.exclude_nodes),
             reason=decision.reason[:4000], evidence_refs=refs,
             policy=policy.as_dict(), issued_at=now, expires_at=decision.expires_at,
+            resume_step=decision.resume_step if operation == "restart" else None,
         )
         msg_id = f"advice.{advice.cluster}.{advice.job_id}.{advice.generation}"
         await tx.save_advice(advice, subjects.advice(advice.cluster, advice.job_id), msg_id, decision.fault_class)

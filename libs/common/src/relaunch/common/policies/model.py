@@ -56,6 +56,9 @@ class Policy:
     """K: this many restarts within storm_window_s without progress stop the job (0: no storm rule)."""
     storm_window_s: int = 3600
     stop_without_progress: bool = True
+    failures_without_checkpoint: int = 2
+    """N: a job stops when its last N failed attempts saved no checkpoint (rule no_checkpoint, docs/policy.md);
+    armed only once relaunch has seen the job save one (0: no such rule)."""
     restart_on_time_limit: bool = True
     restart_on_preemption: bool = True
     straggler_allowed: bool = True
@@ -87,6 +90,7 @@ class Policy:
             "observe_only": self.observe_only, "max_exclude": self.max_exclude,
             "storm_restarts": self.storm_restarts, "storm_window_s": self.storm_window_s,
             "stop_without_progress": self.stop_without_progress,
+            "failures_without_checkpoint": self.failures_without_checkpoint,
             "restart_on_time_limit": self.restart_on_time_limit,
             "restart_on_preemption": self.restart_on_preemption, "hang_timeout": self.hang_timeout,
             "ib_pair": self.ib_pair, "terminate_hung": self.terminate_hung, "divergence": self.divergence,

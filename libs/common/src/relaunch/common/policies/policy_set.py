@@ -48,6 +48,7 @@ _POLICY_KEYS: dict[str, tuple[str, int, int, str]] = {
     "restart_on_time_limit": ("bool", 0, 1, "restart_on_time_limit"),
     "restart_on_preemption": ("bool", 0, 1, "restart_on_preemption"),
     "stop_without_progress": ("bool", 0, 1, "stop_without_progress"),
+    "failures_without_checkpoint": ("int", 0, 1000, "failures_without_checkpoint"),
     "terminate_hung": ("bool", 0, 1, "terminate_hung"),
     "straggler": ("straggler", 0, 0, ""),
     "ib_pair": ("ib_pair", 0, 0, "ib_pair"),
@@ -192,6 +193,12 @@ def resolve(optin: OptIn, policies: PolicySet) -> Policy:
                 loosens(option, opts[option], f"at most {cap}{unit}")
             else:
                 changes[option] = opts[option]
+    if "checkpoint_failures" in opts:  # fewer failures without a save tighten; 0 (off) loosens an armed rule
+        wanted, limit = opts["checkpoint_failures"], base.failures_without_checkpoint
+        if limit and (wanted == 0 or wanted > limit):
+            loosens("checkpoint_failures", wanted, f"it stops after {limit} failures without a checkpoint")
+        else:
+            changes["failures_without_checkpoint"] = wanted
     if opts.get("exclude") == 0:
         changes["max_exclude"] = 0
     elif opts.get("exclude") == 1 and base.max_exclude == 0:

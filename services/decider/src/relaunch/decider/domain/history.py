@@ -17,6 +17,7 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 
+from relaunch.common.goodput import Save
 from relaunch.common.schemas import AnomalyDetected
 
 
@@ -75,6 +76,9 @@ class History:
     """Attempts Slurm killed at launch, before the job's script ran (its credential revoked): the
     actuator requeued each under the Advice that started it and audited it ("launch refused"). They
     are not attempts of the job's own and spend nothing."""
+    saves: tuple[Save, ...] = ()
+    """The checkpoints the job is known to have saved (relaunch.common.goodput.completed_saves of the
+    ledger's checkpoint facts), oldest first."""
 
     def attempt(self, index: int) -> AttemptRecord | None:
         return next((a for a in self.attempts if a.index == index), None)
@@ -120,6 +124,24 @@ class History:
 
     def open_restart(self, attempt: int, now: dt.datetime) -> RestartRecord | None:
         return next((r for r in self.restarts if r.attempt == attempt and r.open(now)), None)
+
+    def failures_without_checkpoint(self, attempt: int, ran: frozenset[int] = frozenset()) -> int:
+        """How many attempts in a row, `attempt` and those before it, saved no checkpoint (refused launches
+        are skipped: they never ran)."""
+        saved = {s.attempt for s in self.saves}
+        refused = self.refused_launches(ran)
+        count = 0
+        for index in range(attempt, -1, -1):
+            if index in saved:
+                break
+            if index not in refused:
+                count += 1
+        return count
+
+    def last_save(self, attempt: int) -> Save | None:
+        """The newest checkpoint saved by `attempt` or one before it: where its successor should resume."""
+        found = [s for s in self.saves if s.attempt <= attempt]
+        return max(found, key=lambda s: (s.at, s.step)) if found else None
 
     def implicated(self, attempt: int) -> dict[str, tuple[float, tuple[str, ...]]]:
         """node -> (confidence, reasons) of the suspects attribution named for `attempt`."""

@@ -28,6 +28,10 @@ The rules, in the order they are tried (the first that applies decides; docs/pol
   class_budget           restarts per failure class (application and resource: none by default)
   restart_storm          K restarts within T and the job got no further than before them (not for
                          time limits and preemptions, which are the scheduler's doing)
+  no_checkpoint          the job's last N failed attempts (failures_without_checkpoint, this one
+                         included) saved no checkpoint since their restart: it is not making progress
+                         (armed only once the job was seen saving one: a job whose saves relaunch cannot
+                         read is never judged by them; not for time limits and preemptions)
   no_progress            the step reached did not pass the best step of the attempts before it (not
                          for a preemption: the attempt may not have had the time; not for a hang after
                          the attempt stepped forward: it made progress between its hangs, as a job that
@@ -84,6 +88,8 @@ class Decision:
     """Suspects the restart does not leave out (max_exclude reached, or the partition too small)."""
     would: Decision | None = None
     """observe: the decision relaunch would have taken in act mode (recorded, never carried out)."""
+    resume_step: int | None = None
+    """restart: the step of the last checkpoint saved before the failure, where the successor should resume."""
 
 
 def would_have(would: Decision) -> str:
@@ -196,6 +202,9 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
     storm = "" if klass == "scheduler" else _storm(history, attempt, step, policy, now)
     if storm:
         return stop("restart_storm", storm)
+    without = _without_checkpoint(history, attempt, policy, ran) if klass != "scheduler" else ""
+    if without:
+        return stop("no_checkpoint", without)
     # A hang after the attempt stepped forward is not "no progress": it made progress between its hangs.
     progressed = anomaly.kind == "hang" and anomaly.advanced is True
     if policy.stop_without_progress and attempt >= 1 and step is not None and anomaly.category != "slurm_preempted" \
@@ -205,6 +214,21 @@ def decide(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt.d
             return stop("no_progress", f"attempt {attempt} reached step {step}, no further than the step {before} "
                                        "reached before the last restart: restarting again would repeat it")
     return _restart(history, anomaly, policy, now, suspects, klass, spent, budget, used)
+
+
+def _without_checkpoint(history: History, attempt: int, policy: Policy, ran: frozenset[int]) -> str:
+    """Why the job is not making progress by its checkpoints, or '' when it is (or cannot be told)."""
+    limit = policy.failures_without_checkpoint
+    if limit <= 0 or not history.saves:
+        return ""
+    count = history.failures_without_checkpoint(attempt, ran)
+    if count < limit:
+        return ""
+    last = history.last_save(attempt)
+    where = f"; its last checkpoint is step {last.step}, saved by attempt {last.attempt}" if last else ""
+    return (f"{count} failed attempts in a row saved no checkpoint since their restart (policy {policy.name!r}: "
+            f"failures_without_checkpoint={limit}){where}: the job is not making progress, restarting it again "
+            "would repeat the same work")
 
 
 def _storm(history: History, attempt: int, step: int | None, policy: Policy, now: dt.datetime) -> str:
@@ -249,4 +273,5 @@ def _restart(history: History, anomaly: AnomalyDetected, policy: Policy, now: dt
         f"{klass} restart {spent + 1} of {budget})" + why + (f"; {plan.note}" if plan.note else ""),
         generation=history.last_generation + 1, exclude_nodes=exclude, expires_at=now + ADVICE_TTL,
         fault_class=klass, left_in=plan.capped + plan.unschedulable,
+        resume_step=last.step if (last := history.last_save(anomaly.attempt)) is not None else None,
     )

@@ -1,0 +1,81 @@
+"""Checkpoint facts in a real Postgres ledger (migration 0014, docs/goodput.md): recorded once per attempt
+and step whatever the ranks and redeliveries; an attempt's RUNNING time kept; two failures without a save
+stop the job (rule no_checkpoint); a restart's Advice names the checkpoint to resume from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from relaunch.common.outcomes import Delivery
+from relaunch.common.schemas import AnomalyDetected, CheckpointFact, JobObserved
+from relaunch.decider.handlers import Decider
+from relaunch.decider.outbox import OutboxPublisher
+
+pytestmark = pytest.mark.integration
+DELIVERY = Delivery("s", 1, 1)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def observed(cluster, restarts=0, state="RUNNING"):
+    return JobObserved(cluster=cluster, job_id="9", name="train", state=state, restarts=restarts,
+                       nodes=["node1", "node2"], comment="relaunch:max_attempts=5", partition="gpu", observed_at=now())
+
+
+def crash(cluster, attempt, step):
+    return AnomalyDetected(anomaly_id=f"{cluster}.9.{attempt}.crash", cluster=cluster, job_id="9", attempt=attempt,
+                           kind="crash", source="log", signature_id="xid_79", category="xid_79",
+                           fault_domain="hardware", action="restart", summary="GPU fell off the bus",
+                           detected_at=now(), last_step=step)
+
+
+def fact(cluster, attempt, kind, step, at=None):
+    return CheckpointFact(cluster=cluster, job_id="9", attempt=attempt, kind=kind, step=step, at=at or now())
+
+
+async def test_facts_are_kept_once_and_running_time_is_recorded(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster, state="PENDING"), DELIVERY)
+    assert await ledger.pool.fetchval("SELECT running_at FROM attempts WHERE cluster=$1", cluster) is None
+    await decider.on_job(observed(cluster), DELIVERY)
+    running = await ledger.pool.fetchval("SELECT running_at FROM attempts WHERE cluster=$1", cluster)
+    await decider.on_job(observed(cluster), DELIVERY)
+    assert running is not None
+    assert await ledger.pool.fetchval("SELECT running_at FROM attempts WHERE cluster=$1", cluster) == running
+    for _ in range(3):  # three ranks' lines, or redeliveries
+        await decider.on_checkpoint(fact(cluster, 0, "first_step", 1), DELIVERY)
+        await decider.on_checkpoint(fact(cluster, 0, "saved", 100), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 0, "saved", 200), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 0, "save_started", None), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 0, "save_started", None), DELIVERY)
+    rows = await ledger.pool.fetch("SELECT kind, step FROM checkpoint_facts WHERE cluster=$1 ORDER BY id", cluster)
+    assert [(r["kind"], r["step"]) for r in rows] == [("first_step", 1), ("saved", 100), ("saved", 200),
+                                                      ("save_started", None)]
+
+
+async def test_two_failures_without_a_save_stop_the_job_and_a_restart_names_its_checkpoint(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 0, "saved", 1000), DELIVERY)
+    await decider.on_anomaly(crash(cluster, 0, 1300), DELIVERY)
+    for attempt in (1, 2):  # each further than the one before (no_progress does not apply), saving nothing
+        await decider.on_job(observed(cluster, restarts=attempt), DELIVERY)
+        await decider.on_anomaly(crash(cluster, attempt, 1300 + 100 * attempt), DELIVERY)
+    advice = await ledger.pool.fetch("SELECT * FROM advice WHERE cluster=$1 ORDER BY generation", cluster)
+    assert [a["operation"] for a in advice] == ["restart", "restart"]
+    payloads = [json.loads(bytes(r["payload"])) for r in await ledger.pool.fetch(
+        "SELECT payload FROM outbox WHERE subject LIKE 'relaunch.advice.%' AND msg_id LIKE $1 ORDER BY id",
+        f"advice.{cluster}.%")]
+    assert [p["resume_step"] for p in payloads] == [1000, 1000]
+    stop = await ledger.pool.fetchrow(
+        "SELECT detail FROM audit WHERE cluster=$1 AND action='stop'", cluster)
+    detail = json.loads(stop["detail"])
+    assert detail["rule"] == "no_checkpoint" and "step 1000, saved by attempt 0" in detail["reason"]
+    assert await ledger.pool.fetchval("SELECT verdict FROM jobs WHERE cluster=$1", cluster) == "stopped"
