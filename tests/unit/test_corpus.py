@@ -43,8 +43,12 @@ whole corpus's figures, per split and class, are docs/accuracy.md's (scripts/cor
 # network path (infrastructure), not hardware; hardware needs the adapter's own fatal event
 # (nccl_ib_adapter_fatal). c048, labelled hardware for a completion error 4, now counts as a miss
 # (docs/log-ingest.md, "Fault domains").
+# And once more (issue 36): an illegal memory access names no culprit (the program's kernel, a library,
+# the driver or the GPU), so its domain is unknown, not infrastructure. c011 and c012, whose threads
+# settled on the NCCL/driver stack, now count as misses; c133 and four excerpts of the larger corpus
+# whose threads settle nothing now count as right (docs/accuracy.md).
 ACTION_ACCURACY = 0.927
-FAULT_DOMAIN_ACCURACY = 0.909
+FAULT_DOMAIN_ACCURACY = 0.89
 HEALTHY_UNFLAGGED = 1.0
 NODE_ACCURACY = 1.0
 

@@ -37,23 +37,21 @@ OTHER_NODES = ["corpus-other-1", "corpus-other-2"]
 KNOWN_CLASSIFIER_MISSES = {
     # The classifier's action differs from the label (tests/unit/test_corpus.py's ratchet counts them);
     # the decider can only follow the finding. Strict: when the classifier gets one right, remove it here.
-    "c011": "classified as an infrastructure CUDA illegal memory access (restart); the label says no_retry",
+    "c011": "classified as a CUDA illegal memory access of unknown cause (restart); the label says no_retry",
     # issue 16: a SIGKILL with no OOM line is a restartable kill from outside (test_corpus.py says why)
     "c028": "torchrun exitcode -9 without an OOM line: restarted; the label guesses host OOM (no_retry)",
     # issue 36: the excerpts added to tests/corpus (development split), as classified when they were added;
     # docs/accuracy.md lists every miss of both splits. Measured, not tuned: remove an entry when it passes.
     "n008": "classified gpu_lost (hardware, restart_excluding), but the culprit host cn-234 is not among the nodes "
         "it names",
-    "n022": "classified runtime_error (unknown, restart); the label says no_retry (user_code_error)",
     "n053": "nothing found; the label says restart_exclude_node (process_killed_signal)",
-    "n054": "nothing found; the label says restart (slurm_node_failure)",
     "n071": "classified segfault (unknown, restart); the label says no_retry (dataloader_error)",
     "n092": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
         "fault the test expects",
     "n094": "classified divergence (application, stop): stopped as a divergence, not by the rule for a user-code "
         "fault the test expects",
-    "n096": "classified slurm_preempted (scheduler, restart); the label says restart_exclude_node (node_failure)",
-    "n099": "classified teardown (unknown, restart); the label says no_retry (user_code_error)",
+    "n096": "classified slurm_node_failure (infrastructure, restart) without a host: the PBS mail names gpu-2-17 only as "
+        "the job's Exec host",
     "n108": "classified teardown (unknown, restart); the label says no_retry (cuda_oom)",
     "n147": "nothing found; the label says no_retry (device_side_assert)",
     "n164": "nothing found; the label says no_retry (user_code_error)",
@@ -64,7 +62,6 @@ KNOWN_CLASSIFIER_MISSES = {
         "the nodes it names",
     "n222": "classified segfault (unknown, restart) without a host: the log is one srun line naming cn125; that the "
         "node is flaky is the admins' finding, not something the line shows",
-    "n241": "nothing found; the label says restart_after_fix_unknown (xla_runtime_error)",
 }
 
 

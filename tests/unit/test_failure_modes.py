@@ -24,7 +24,7 @@ FAILURES = [
      "gpu_xid_hardware", "hardware", "restart_excluding"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
      "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008, intr 10000000. MMU Fault",
-     "cuda_illegal_memory_access", "infrastructure", "restart"),
+     "cuda_illegal_memory_access", "unknown", "restart"),  # the program's kernel, a library or the driver
     # a template kernel's device assertion names the kernel by its whole signature (CUDA's __PRETTY_FUNCTION__)
     ("/opt/conda/conda-bld/pytorch_1587428091666/work/aten/src/THC/THCTensorIndex.cu:307: void indexSelectSmallIndex"
      "(TensorInfo<T, IndexType>, TensorInfo<T, IndexType>, TensorInfo<long, IndexType>, int, int, IndexType, long) "
@@ -144,6 +144,34 @@ FAILURES = [
      "nccl_collective_timeout", "unknown", "restart"),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n  exitcode  : 1 (pid: 1234)",
      "teardown_launcher", "unknown", "restart"),
+    # exit code 2 is Python's usage error (argparse): the launcher's summary says more than its teardown
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \nRoot Cause (first observed failure):\n"
+     "  rank      : 1 (local_rank: 1)\n  exitcode  : 2 (pid: 37881)", "launcher_usage_exit", "application", "stop"),
+    # ... but a rank's own error is the cause
+    ("[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+     "  exitcode  : 2 (pid: 37881)", "cuda_illegal_memory_access", "unknown", "restart"),
+    # a socket that failed names no culprit: the peer may be gone
+    ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
+     "Software caused connection abort", "nccl_system_error", "unknown", "restart"),
+    ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
+     "No route to host", "nccl_network_unreachable", "infrastructure", "restart"),
+    # PBS/Moab's mail: preempted *by a node failure* is a node failure, not a preemption
+    ("PBS Job Id: 2598356.fe1.local\nExec host:  gpu-2-17/11\njob preempted (node failure)",
+     "slurm_node_failure", "infrastructure", "restart"),
+    ("[2025-07-04T00:54:23.932] update_node: node gpu-dy-7 reason set to: Scheduler health check failed",
+     "slurmctld_node_reason", "infrastructure", "restart"),
+    # PyTorch/XLA's XRT: a torn-down session is what the other devices see; a rank's own error explains more
+    ("Exception in device=TPU:1: tensorflow/compiler/xla/xla_client/xrt_computation_client.cc:415 : Check failed: "
+     "session->session()->Run(session_work->feed_inputs, session_work->outputs_handles, &outputs) == "
+     "::tensorflow::Status::OK() (Cancelled: From /job:tpu_worker/replica:0/task:0:", "xla_xrt_call_failed", "unknown",
+     "restart"),
+    ("Exception in device=TPU:1: tensorflow/compiler/xla/xla_client/xrt_computation_client.cc:415 : Check failed: "
+     "session->session()->Run() == ::tensorflow::Status::OK() (Cancelled: Cancelled by TearDown. vs. OK)\n"
+     "ValueError: Expected input batch_size (8) to match target batch_size (4).", "tensor_shape_error", "application",
+     "stop"),
+    ("Exception: expected value at line 1 column 1\n"
+     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 24024)",
+     "input_json_parse_error", "application", "stop"),
 ]
 
 HEALTHY = [

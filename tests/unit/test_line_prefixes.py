@@ -47,12 +47,15 @@ PREFIXES = {
     "docker compose": "trainer-1  | ",
     "mpirun --tag-output": "[1,12]<stderr>:",
     "vLLM logger": "ERROR 03-05 00:25:45 [core.py:1094] ",
+    "pdsh host name": "worker-1: ",
+    "pdsh host address": "192.168.0.6: ",
 }
 # The stacks real launchers make: srun around torchrun, torchrun's --tee under srun, a logger in a container.
 STACKS = ["15: [rank15]: ", "0: [default3]:", "(RayTrainWorker pid=1234, ip=10.0.0.5) [rank2]: ",
           "trainer-1  | 2026-12-04T10:00:00Z ERROR:root:", " 7: 2026-12-04 10:00:00,123 - ERROR - ",
           "(LLMRayActor pid=77) (EngineCore_DP0 pid=78) ERROR 03-05 00:25:45 [core.py:1094] ",
-          "2026-12-04T10:00:00.123Z: [1,12]<stdout>:"]
+          "2026-12-04T10:00:00.123Z: [1,12]<stdout>:",
+          "192.169.83.120: [2026-12-04 10:00:00,123] [ERROR] [logging.py:96:log_dist] ", "gpu-node-07: [rank8]: "]
 SCANNER = scanner_for(builtin_catalogue())
 
 

@@ -46,6 +46,8 @@ LOCAL = (
     # (behind an srun label or a time stamp too: "0: (RayTrainWorker pid=1234, ip=10.0.0.5) ...").
     re.compile(rf"(?:^|\s)\((?:[\w.:-]{{1,80}},? )?(?:pid=\d{{1,10}}, )?ip=(?P<addr>{_IPV4})[,)]"),
     re.compile(rf"\bnode_ip_address['\"]?\s?[=:]\s?['\"]?(?P<addr>{_IPV4})\b"),
+    # pdsh's prefix (DeepSpeed's multi-node launcher) when the hostfile lists addresses: "192.168.0.6: ..."
+    re.compile(rf"^(?P<addr>{_IPV4}): "),
 )
 """Addresses of the host that printed the line (where the line ran, not what it points at)."""
 
@@ -79,7 +81,7 @@ def pointed_at(line: str) -> Pointed:
                 (addresses if is_address(peer) else names).setdefault(peer)
     if names or addresses:
         return Pointed(tuple(names), tuple(addresses), peer=True)
-    if "ip" in line:
+    if "ip" in line or line[:1].isdigit():
         for pattern in LOCAL:
             for found in pattern.finditer(line):
                 addresses.setdefault(found["addr"])

@@ -39,6 +39,9 @@ _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d|\s
 _LAYER = re.compile("|".join((
     r"(?:\x1b\[[0-9;]{0,20}m){1,4} ?",  # terminal colours (Ray colours its prefixes)
     r" {0,6}(?P<label>\d{1,6})(?:-\d{1,6})?: ",  # srun --label: `15: `, ` 3: ` (right-aligned)
+    # pdsh (DeepSpeed's multi-node launcher, `pdsh -w`): the host's name or address, `worker-1: `,
+    # `192.168.0.6: `. A name must end in a digit (`gpu-node-07`, `nid004069`), so a word (`error: `) is not one.
+    r"(?:\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[a-z][a-z0-9.-]{0,120}\d): ",
     r" {0,8}\[rank(?P<rank>\d{1,6})\]: ?",  # PyTorch's global rank
     r" {0,8}\[(?P<grank>\d{1,6})\]: ?",  # torchrun's log_line_prefix_template `[${rank}]:`
     r"\[\d{1,6},(?P<mpirank>\d{1,6})\]<(?:stdout|stderr|stddiag)>: ?",  # Open MPI's --tag-output `[1,12]<stderr>:`
