@@ -23,6 +23,7 @@ from relaunch.common.schemas import dump
 from . import classify_command, inject, operator_cli
 from . import settings as client_settings
 from .events import EVENTS_AND_ADVICE, EventStream, subscribe
+from .goodput_words import goodput_lines
 from .narration import describe, recovery_seconds
 from .terminal import shown, unwrap_help
 
@@ -141,6 +142,8 @@ def _print_job(data: dict) -> None:
                   highlight=False, soft_wrap=True)
     if job["verdict_reason"]:
         console.print(f"  why: {shown(job['verdict_reason'])}", highlight=False)
+    for line in goodput_lines(data.get("goodput")):  # (numbers and words the API computed; steps from the job)
+        console.print(f"  {shown(line)}", highlight=False, soft_wrap=True)
     for a in data["attempts"]:
         exit_note = "" if a["exit_code"] is None else f" exit {shown(a['exit_code'])}"
         console.print(f"  attempt {shown(a['index'])}: {shown(a['state'])} on {shown(','.join(a['nodes']) or '-')}"

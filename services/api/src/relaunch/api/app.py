@@ -3,6 +3,8 @@ operator's mode override, /healthz, /metrics, OpenAPI (/openapi.json, /docs) and
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -10,10 +12,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
+from relaunch.common.periodic import every
+
 from . import errors
 from .auth import TokenFile
 from .backends import Backends
-from .metrics import RequestMetrics
+from .metrics import RequestMetrics, goodput_refresher
 from .routes import events, ledger, operator, pictures, system
 from .settings import ApiSettings
 
@@ -27,6 +31,11 @@ by RELAUNCH_API_TOKEN_FILE.
 Errors are JSON: `{"error", "detail", "hint"?}`. See docs/api.md."""
 
 
+def _goodput_failed(exc: Exception) -> None:
+    """The gauges keep their last values while the ledger cannot be read; the loop goes on."""
+    logging.getLogger(__name__).warning("fleet goodput gauges not refreshed: %s", exc)
+
+
 def create_app(settings: ApiSettings, connect: Connect) -> FastAPI:
     """`connect()` yields the backends for the app's lifetime (relaunch.api.backends.connect, or fakes)."""
 
@@ -34,7 +43,18 @@ def create_app(settings: ApiSettings, connect: Connect) -> FastAPI:
     async def lifespan(app: FastAPI):
         async with connect() as backends:
             app.state.backends = backends
-            yield
+            stop = asyncio.Event()
+            refresh = None
+            if settings.goodput_refresh_s > 0 and hasattr(backends.ledger, "goodput"):
+                refresh = asyncio.create_task(every(
+                    settings.goodput_refresh_s, goodput_refresher(backends.ledger, settings.goodput_window_s), stop,
+                    on_error=_goodput_failed))
+            try:
+                yield
+            finally:
+                stop.set()
+                if refresh is not None:
+                    await refresh
 
     app = FastAPI(title="relaunch API", version="0.2.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings

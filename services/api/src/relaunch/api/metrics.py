@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import time
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from relaunch.common import goodput
+from relaunch.common.clock import utcnow
+
+log = logging.getLogger(__name__)
 
 REQUESTS = Counter("relaunch_api_requests_total", "HTTP requests answered, by route template and status",
                    ["method", "route", "status"])
@@ -13,6 +21,37 @@ LATENCY = Histogram("relaunch_api_request_seconds", "Time to the response's firs
 EVENT_STREAMS = Gauge("relaunch_api_event_streams", "Live /v1/events/stream connections")
 OVERRIDES = Counter("relaunch_api_mode_overrides_total", "Operator mode overrides recorded", ["mode"])
 CLEARANCES = Counter("relaunch_api_node_clearances_total", "Operator clearances of a repaired node's record")
+# The fleet's goodput over the last RELAUNCH_API_GOODPUT_WINDOW_S (docs/goodput.md), from the ledger.
+FLEET_ETTR = Gauge("relaunch_fleet_ettr_ratio", "Effective training time ratio of the jobs active in the window: "
+                   "their productive step time over their wall time since their first start")
+FLEET_LOST = Gauge("relaunch_fleet_lost_seconds", "Training time lost to the failures in the window, by part "
+                   "(recomputation, detection, recovery, startup, warmup) and fault class", ["part", "fault_class"])
+FLEET_MTTR = Gauge("relaunch_fleet_mttr_seconds", "Mean time to repair of the failures in the window: detection + "
+                   "recovery + start-up (failures whose three parts are known)")
+FLEET_FAILURE_RATE = Gauge("relaunch_fleet_failures_per_1000_node_hours",
+                           "Failures in the window per 1,000 node-hours the jobs ran in it")
+FLEET_FAILURES = Gauge("relaunch_fleet_failures", "Failures (each attempt's first anomaly) in the window")
+
+
+def set_goodput(view: dict[str, Any]) -> None:
+    """The gauges from relaunch.api.domain.lost_time.fleet_view."""
+    FLEET_ETTR.set(view["ettr"] if view["ettr"] is not None else float("nan"))
+    FLEET_MTTR.set(view["mttr_s"] if view["mttr_s"] is not None else float("nan"))
+    rate = view["failures_per_1000_node_hours"]
+    FLEET_FAILURE_RATE.set(rate if rate is not None else float("nan"))
+    FLEET_FAILURES.set(view["failures"])
+    FLEET_LOST.clear()  # a class gone from the window is gone from the gauges
+    for klass, parts in view["lost_by_class_s"].items():
+        for part in goodput.PARTS:
+            FLEET_LOST.labels(part, klass).set(parts.get(part, 0.0))
+
+
+def goodput_refresher(ledger: Any, window_s: float):
+    """One pass of the gauges' refresh (run by relaunch.common.periodic.every from the app's lifespan)."""
+    async def refresh() -> None:
+        now = utcnow()
+        set_goodput(await ledger.goodput(now, now - dt.timedelta(seconds=window_s)))
+    return refresh
 
 
 class RequestMetrics:

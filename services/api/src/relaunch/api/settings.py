@@ -35,5 +35,11 @@ class ApiSettings(ServiceSettings):
     event_heartbeat_s: float = 15.0
     """Seconds between keep-alive comments on /v1/events/stream: keeps proxies from closing a quiet
     stream, and is how a vanished client is noticed."""
+    goodput_refresh_s: float = 60.0
+    """Seconds between refreshes of the fleet's goodput gauges on /metrics (relaunch_fleet_*: ETTR, lost time
+    by part and fault class, MTTR, failures per 1,000 node-hours; docs/goodput.md), read from the ledger.
+    0 turns them off."""
+    goodput_window_s: float = 86400.0
+    """The window those gauges cover: the jobs active in it, the failures detected in it (one day)."""
     event_streams_max: int = 64
     """Live /v1/events/stream connections served at once; each holds a JetStream consumer. Past it: 503."""

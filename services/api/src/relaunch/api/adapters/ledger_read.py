@@ -6,12 +6,13 @@ pool); rows leave as plain dicts with timestamps in ISO 8601 and jsonb columns d
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 import asyncpg
 
-from ..domain import evidence, fleet, nodes
+from ..domain import evidence, fleet, lost_time, nodes
 
 _JSON_COLUMNS = ("options", "option_errors", "evidence", "evidence_refs", "policy", "reasons", "xids", "failures")
 
@@ -78,8 +79,8 @@ class LedgerReader:
             return None
         args = (cluster, job_id)
         attempts = await self.pool.fetch(
-            "SELECT idx AS index, state, nodes, exit_code, first_seen, updated_at FROM attempts "
-            "WHERE cluster=$1 AND job_id=$2 ORDER BY idx", *args)
+            "SELECT idx AS index, state, nodes, exit_code, first_seen, updated_at, running_at, ended_at, high_step "
+            "FROM attempts WHERE cluster=$1 AND job_id=$2 ORDER BY idx", *args)
         anomalies = [_row(r) for r in await self.pool.fetch(
             "SELECT * FROM anomalies WHERE cluster=$1 AND job_id=$2 ORDER BY detected_at", *args)]
         advice = await self.pool.fetch(
@@ -98,6 +99,12 @@ class LedgerReader:
                          for r in await self.pool.fetch(
                              "SELECT body, recorded_at FROM hang_evidence WHERE cluster=$1 AND job_id=$2 "
                              "ORDER BY collected_at", *args)]
+        # Checkpoint facts (migration 0014): what the job's lost time and ETTR are computed from (docs/goodput.md).
+        facts = [dict(r) for r in await self.pool.fetch(
+            "SELECT attempt, kind, step, at FROM checkpoint_facts WHERE cluster=$1 AND job_id=$2 ORDER BY at, id",
+            *args)]
+        figures = lost_time.job_view(dict(job), [dict(r) for r in attempts], anomalies, facts,
+                                     [dict(r) for r in audit], dt.datetime.now(dt.UTC))
         by_id = {a["anomaly_id"]: a for a in anomalies}
         advice_out = []
         for a in advice:
@@ -115,6 +122,7 @@ class LedgerReader:
             "audit": [_row(r) for r in audit],
             "overrides": [_row(r) for r in overrides],
             "hang_evidence": hang_evidence,
+            "goodput": figures,
         }
 
     async def advice(self, cluster: str | None = None, active: bool | None = None, limit: int = 50,
@@ -156,9 +164,7 @@ class LedgerReader:
                               [_row(r) for r in clearances])
 
     async def fleet(self, now, days: int = 14, cluster: str | None = None) -> dict[str, Any]:
-        """The fleet view's rows of the last `days` days (relaunch.api.domain.fleet)."""
-        import datetime as dt
-
+        """The fleet view's rows of the last `days` days (relaunch.api.domain.fleet), with its goodput."""
         since = now - dt.timedelta(days=days)
         anomalies = await self.pool.fetch(
             "SELECT cluster, job_id, attempt, kind, fault_domain, action, nodes, detected_at FROM anomalies "
@@ -172,5 +178,31 @@ class LedgerReader:
         stops = await self.pool.fetch(
             "SELECT cluster, job_id, at FROM audit WHERE service='decider' AND action IN ('stop', 'terminate') "
             "AND at >= $1 AND ($2::text IS NULL OR cluster=$2)", since, cluster)
-        return fleet.fleet([_row(r) for r in anomalies], [_row(r) for r in advice], [_row(r) for r in attempts],
+        view = fleet.fleet([_row(r) for r in anomalies], [_row(r) for r in advice], [_row(r) for r in attempts],
                            [_row(r) for r in stops], now, days)
+        view["goodput"] = await self.goodput(now, since, cluster)
+        return view
+
+    async def goodput(self, now: dt.datetime, since: dt.datetime, cluster: str | None = None) -> dict[str, Any]:
+        """The fleet's ETTR and lost time (relaunch.api.domain.lost_time.fleet_view) over the jobs active
+        since `since`."""
+        where = "j.updated_at >= $1 AND ($2::text IS NULL OR j.cluster=$2)"
+        jobs = await self.pool.fetch(f"SELECT cluster, job_id, state, verdict, updated_at FROM jobs j WHERE {where}",
+                                     since, cluster)
+        attempts = await self.pool.fetch(
+            f"""SELECT a.cluster, a.job_id, a.idx AS index, a.nodes, a.first_seen, a.running_at, a.ended_at,
+                       a.high_step FROM attempts a JOIN jobs j USING (cluster, job_id) WHERE {where}""", since, cluster)
+        anomalies = await self.pool.fetch(
+            f"""SELECT a.cluster, a.job_id, a.attempt, a.kind, a.fault_domain, a.detected_at, a.last_step
+                FROM anomalies a JOIN jobs j USING (cluster, job_id) WHERE {where}""", since, cluster)
+        facts = await self.pool.fetch(
+            f"""SELECT f.cluster, f.job_id, f.attempt, f.kind, f.step, f.at FROM checkpoint_facts f
+                JOIN jobs j USING (cluster, job_id) WHERE {where} ORDER BY f.at, f.id""", since, cluster)
+        grouped: dict[tuple[str, str], tuple[dict, list, list, list]] = {
+            (r["cluster"], r["job_id"]): (dict(r), [], [], []) for r in jobs}
+        for rows, slot in ((attempts, 1), (anomalies, 2), (facts, 3)):
+            for r in rows:
+                entry = grouped.get((r["cluster"], r["job_id"]))
+                if entry is not None:
+                    entry[slot].append(dict(r))
+        return lost_time.fleet_view(grouped.values(), now, since)

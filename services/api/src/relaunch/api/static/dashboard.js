@@ -122,6 +122,7 @@
     const data = await getJSON(`/v1/jobs/${encodeURIComponent(cluster)}/${encodeURIComponent(jobId)}`);
     if (state.selected !== jobKey(cluster, jobId)) return; // another job was picked meanwhile
     renderSummary(data.job);
+    renderGoodput(data.goodput);
     const entries = timelineEntries(data);
     entries.sort((a, b) => millis(a.at) - millis(b.at) || KIND_ORDER[a.kind] - KIND_ORDER[b.kind]);
     $("#timeline").replaceChildren(...entries.map((entry) => el("li", { dataset: { kind: entry.kind } },
@@ -182,6 +183,55 @@
       "state ", badge(job.state || "?"), " verdict ", badge(job.verdict), ` mode ${mode}, restarts ${job.restarts}`,
       job.verdict_reason ? ` — ${job.verdict_reason}` : "",
       job.comment ? el("span", { class: "muted" }, ` comment: ${job.comment}`) : null));
+  }
+
+  // What the job's failures cost (the API's `goodput`, docs/goodput.md): ETTR, the checkpoints seen, and per
+  // failure a bar of its lost time by part, the parts' widths in proportion to the longest failure's total.
+  const PARTS = [["recomputation", "recomputation"], ["detection", "detection"], ["recovery", "recovery"],
+                 ["startup", "start-up"], ["warmup", "warm-up"]];
+
+  function duration(s) {
+    if (s === null || s === undefined) return "?";
+    if (s < 10) return `${s.toFixed(1)} s`;
+    const whole = Math.round(s), h = Math.floor(whole / 3600), m = Math.floor((whole % 3600) / 60), sec = whole % 60;
+    return h ? `${h} h ${m} min` : m ? `${m} min ${sec} s` : `${sec} s`;
+  }
+
+  function renderGoodput(g) {
+    const box = $("#job-goodput");
+    if (!g) { box.replaceChildren(); return; }
+    const failures = g.failures || [];
+    const ettr = g.ettr === null || g.ettr === undefined ? "ETTR not known (no step seen)"
+      : `ETTR ${(100 * g.ettr).toFixed(1)}% (productive ${duration(g.productive_s)} of ${duration(g.wall_s)})`;
+    const saves = g.checkpoints || [];
+    const longest = Math.max(1, ...failures.map((f) => f.lost_s || 0));
+    box.replaceChildren(
+      el("p", { class: "detail goodput-head" }, `${ettr}; lost ${duration(g.lost_s || 0)} in ${failures.length} failure${failures.length === 1 ? "" : "s"}`),
+      el("p", { class: "detail muted checkpoints" }, saves.length
+        ? `checkpoints saved: ${saves.slice(-5).map((c) => `step ${c.step} (attempt ${c.attempt})`).join(", ")}${saves.length > 5 ? ` and ${saves.length - 5} earlier` : ""}`
+        : "checkpoints saved: none seen"),
+      ...failures.map((f) => {
+        const parts = f.parts_s || {};
+        const words = PARTS.map(([key, label]) => `${label} ${duration(parts[key])}`).join(", ");
+        let resumed = "";
+        if (f.expected_resume_step !== null && f.expected_resume_step !== undefined) {
+          resumed = f.resumed_as_expected === true ? `; resumed from the checkpoint at step ${f.resumed_step}, as expected`
+            : f.resumed_as_expected === false ? `; expected to resume from step ${f.expected_resume_step}, began at step ${f.resumed_step}`
+            : `; expected to resume from step ${f.expected_resume_step}`;
+        }
+        return el("div", { class: "lost-failure", dataset: { attempt: String(f.attempt) } },
+          el("p", { class: "detail" }, `failure of attempt ${f.attempt} (${f.fault_class}): lost ${duration(f.lost_s)}`,
+             f.checkpoint_step !== null && f.checkpoint_step !== undefined ? ` since the checkpoint at step ${f.checkpoint_step}` : "",
+             f.failed_step !== null && f.failed_step !== undefined ? ` (failed at step ${f.failed_step})` : "", resumed),
+          el("div", { class: "lost-bar", role: "img", "aria-label": words },
+            PARTS.filter(([key]) => parts[key]).map(([key, label]) => {
+              const span = el("span", { class: `lost-part part-${key}`, dataset: { part: key },
+                                        title: `${label}: ${duration(parts[key])}` });
+              span.style.width = `${(100 * parts[key] / longest).toFixed(2)}%`; // (CSSOM: the CSP allows no style attribute)
+              return span;
+            })),
+          el("p", { class: "detail muted lost-legend" }, words));
+      }));
   }
 
   function timelineEntries(data) {
