@@ -27,7 +27,8 @@ from relaunch.common.ingest import consume_batch, consume_each
 from relaunch.common.bodies import MAX_BODY_BYTES
 from relaunch.common.serving import consume
 from relaunch.common.schemas import (
-    Advice, AnomalyDetected, AuditEntry, DeadLetter, EvidenceLine, HangEvidence, JobObserved, LogBatch, Message,
+    Advice, AnomalyDetected, AuditEntry, CheckpointFact, DeadLetter, EvidenceLine, HangEvidence, JobObserved, LogBatch,
+    Message,
     NodeHealth, ProgressReported, RankEvidence, ReconcileStatus, dump,
 )
 from relaunch.common.settings import CommonSettings
@@ -57,7 +58,10 @@ EXAMPLES: dict[type[Message], Message] = {
                                ranks=[RankEvidence(rank=1, node="node2", pid=42, role="suspect", where="native",
                                                    state="S", frames=["nanosleep (libc.so.6)"])],
                                collected_at=NOW),
+    CheckpointFact: CheckpointFact(cluster=C, job_id=J, attempt=0, kind="saved", step=500, at=NOW, preset="megatron"),
 }
+# Every model a consumer takes has an example here (a new consumer's model too: otherwise its case fails on a KeyError).
+assert {c.model for c in consumers.ALL} <= set(EXAMPLES), {c.model for c in consumers.ALL} - set(EXAMPLES)
 # Every declared consumer (relaunch.common.consumers), run the way its service runs it.
 SUBSCRIBERS = list(consumers.ALL)
 
