@@ -94,7 +94,8 @@ def tiers(releases: list[str], only_slurm: bool) -> list[Tier]:
         shutil.rmtree(results, ignore_errors=True)  # only this run's results (faults.py report)
         root = [] if release == "22.05" else [["bash", "scripts/slurm-root.sh", "build", release]]
         found.append(pytest_tier(f"slurm-{release}", PER_RELEASE,
-                                 {"RELAUNCH_TEST_SLURM": release, "RELAUNCH_RELIABILITY_RESULTS": str(results)}, root))
+                                 {"RELAUNCH_TEST_SLURM": release, "RELAUNCH_RELIABILITY_RESULTS": str(results),
+                                  "RELAUNCH_TEST_RELEASES": " ".join(releases)}, root))
     if only_slurm:
         return found
     shutil.rmtree(REPO / "test-artifacts" / "reliability" / "hosts", ignore_errors=True)

@@ -183,17 +183,43 @@ def slurm_api(request, services):
     return request.param
 
 
+def one_release_owners(modules: dict[str, float], releases: list[str]) -> dict[str, str]:
+    """The release of the matrix that runs each module marked one_release (module -> its rough seconds, the
+    marker's `seconds`): the longest first, each to the release with the least so far, so that each release's
+    tier carries an even share of them. Every tier computes the same from the same collection."""
+    load = dict.fromkeys(releases, 0.0)
+    owners = {}
+    for module, seconds in sorted(modules.items(), key=lambda kv: (-kv[1], kv[0])):
+        owner = min(releases, key=lambda r: (load[r], releases.index(r)))
+        owners[module] = owner
+        load[owner] += seconds
+    return owners
+
+
 def pytest_collection_modifyitems(config, items):
     """A test marked rest_on_one_release runs its rest form on the newest release of the matrix only: the
     adapter's requests for it are the same on each release, and the recovery and chaos tests still run the
-    rest form on every release that has slurmrestd (this keeps the matrix inside CI's time)."""
-    if SLURM == REST_RELEASES[-1]:
-        return
-    skip = pytest.mark.skip(reason=f"its rest form runs on Slurm {REST_RELEASES[-1]} only (rest_on_one_release)")
+    rest form on every release that has slurmrestd (this keeps the matrix inside CI's time).
+
+    A test marked one_release checks relaunch's own behaviour, which no Slurm release changes (a custom consumer,
+    a healthy pause, the pictures): when the matrix runs several releases (RELAUNCH_TEST_RELEASES, set by
+    scripts/test_matrix.py), it runs on one of them (`one_release_of`); run alone, it runs."""
+    matrix = os.environ.get("RELAUNCH_TEST_RELEASES", "").split()
+    marked = {}
     for item in items:
+        if mark := item.get_closest_marker("one_release"):
+            module = item.nodeid.split("::", 1)[0]
+            marked[module] = max(marked.get(module, 0.0), float(mark.kwargs.get("seconds", 10)))
+    owners = one_release_owners(marked, matrix) if SLURM in matrix else {}
+    for item in items:
+        owner = owners.get(item.nodeid.split("::", 1)[0], SLURM)
+        if owner != SLURM:
+            item.add_marker(pytest.mark.skip(reason=f"one_release: runs on Slurm {owner} in this matrix"))
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if params.get("slurm_api") == "rest" and item.get_closest_marker("rest_on_one_release"):
-            item.add_marker(skip)
+        if SLURM != REST_RELEASES[-1] and params.get("slurm_api") == "rest" \
+                and item.get_closest_marker("rest_on_one_release"):
+            item.add_marker(pytest.mark.skip(
+                reason=f"its rest form runs on Slurm {REST_RELEASES[-1]} only (rest_on_one_release)"))
 
 
 @pytest.fixture(autouse=True)
@@ -217,6 +243,7 @@ async def fresh_ledger(test_stack, unique):
     yield ledger
     await ledger.close()
     await admin.execute(f"DROP DATABASE itest_{unique}")
+    await admin.close()
 
 
 @pytest.fixture
@@ -224,7 +251,6 @@ async def ledger(fresh_ledger):
     """`fresh_ledger` with every migration applied."""
     await fresh_ledger.migrate()
     return fresh_ledger
-    await admin.close()
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from webhook_receiver import Receiver
 
 from relaunch.common import natsauth, subjects
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=116)]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 USER = "advice-webhook"

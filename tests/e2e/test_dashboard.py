@@ -31,7 +31,7 @@ from relaunch.common.schemas import HangEvidence, RankEvidence
 from relaunch.decider.adapters import hang_evidence_store
 from relaunch.decider.adapters.ledger import Ledger
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=7)]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = os.environ.get("RELAUNCH_TEST_CHROMIUM", "/usr/bin/chromium")

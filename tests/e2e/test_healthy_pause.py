@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from slurmjobs import job_fields, ledger, sbatch, wait_for_the_actuator_to_lead, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=76)]
 
 FLOOR_S = 10.0
 """The test stack's hang floor (tests/conftest.py: RELAUNCH_DETECTOR_HANG_FLOOR_S)."""

@@ -21,7 +21,7 @@ from webhook_receiver import Receiver
 from relaunch.actuator.domain.hostlists import expand
 from relaunch.common import subjects
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=34)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 

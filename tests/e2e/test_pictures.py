@@ -22,7 +22,7 @@ from slurmjobs import VENV_BIN, job_fields, ledger, sbatch, wait_until
 
 from relaunch.actuator.domain.hostlists import expand
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=44)]
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CHROMIUM = os.environ.get("RELAUNCH_TEST_CHROMIUM", "/usr/bin/chromium")
 # Debian's chromium, never a downloaded browser; nothing that calls home, no GPU, no QUIC.

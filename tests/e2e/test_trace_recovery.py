@@ -19,7 +19,7 @@ from slurmjobs import job_fields, ledger, wait_until
 
 from relaunch.common import subjects
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=32)]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACT = REPO / "test-artifacts" / "recovery-trace.txt"
 

@@ -33,7 +33,7 @@ from relaunch.common.schemas import (
 )
 from relaunch.common.settings import CommonSettings
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.one_release(seconds=5.5)]
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 C, J = "badin", "101"

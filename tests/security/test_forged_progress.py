@@ -28,7 +28,7 @@ from slurmjobs import wait_until
 from relaunch.common import natsauth, subjects
 from relaunch.common.schemas import ProgressReported, dump
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=18)]
 
 LOSSES = [2.0, 2.0, math.nan, math.nan, math.nan, math.nan]
 

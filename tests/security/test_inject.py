@@ -22,7 +22,7 @@ from slurmjobs import wait_until
 from relaunch.common import natsauth, subjects
 from relaunch.common.schemas import FaultInjection, dump
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=14)]
 
 NODE = "node4"
 PROBE_NODE4 = 97

@@ -17,7 +17,7 @@ import uuid
 import pytest
 from attacks import NOBODY, forget, nobody_dir, submit, wait_ledger
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=11)]
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 POLICY = "relaunch:max_attempts=2"

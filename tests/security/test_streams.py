@@ -15,7 +15,7 @@ import httpx
 import pytest
 from slurmjobs import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=3.7)]
 
 OPENS = 200
 CAP = int(os.environ.get("RELAUNCH_API_EVENT_STREAMS_MAX", "64"))

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from attacks import relaunch, run_dir, submit, token, wait_ledger
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_release(seconds=18)]
 
 MARKUP = "[bold red]x[/]<img src=x onerror=window.pwned=1>"
 NAME = MARKUP + "\x1b]0;PWNED\x07\x1b[2J"
