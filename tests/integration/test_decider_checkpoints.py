@@ -79,3 +79,32 @@ async def test_two_failures_without_a_save_stop_the_job_and_a_restart_names_its_
     detail = json.loads(stop["detail"])
     assert detail["rule"] == "no_checkpoint" and "step 1000, saved by attempt 0" in detail["reason"]
     assert await ledger.pool.fetchval("SELECT verdict FROM jobs WHERE cluster=$1", cluster) == "stopped"
+
+
+async def test_the_api_reads_a_jobs_goodput_and_the_fleets_from_the_ledger(ledger, unique):
+    from relaunch.api.adapters.ledger_read import LedgerReader
+
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    start = now() - dt.timedelta(seconds=600)
+    await decider.on_job(observed(cluster), DELIVERY)
+    for kind, step, seconds in (("first_step", 1, 0), ("saved", 1000, 100), ("last_progress", 1300, 130)):
+        await decider.on_checkpoint(fact(cluster, 0, kind, step, start + dt.timedelta(seconds=seconds)), DELIVERY)
+    await decider.on_anomaly(crash(cluster, 0, 1300), DELIVERY)
+    await decider.on_job(observed(cluster, restarts=1), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 1, "first_step", 1001), DELIVERY)
+    reader = LedgerReader(ledger.pool)
+    job = await reader.job(cluster, "9")
+    figures = job["goodput"]
+    (failure,) = figures["failures"]
+    assert failure["checkpoint_step"] == 1000 and failure["failed_step"] == 1300 and failure["resumed_step"] == 1000
+    assert failure["expected_resume_step"] == 1000 and failure["resumed_as_expected"] is True
+    assert abs(failure["step_time_s"] - 0.1) < 1e-3 and abs(failure["parts_s"]["recomputation"] - 30) < 0.1
+    assert failure["parts_s"]["detection"] > 400  # the anomaly is now; the last progress was 470 s ago
+    assert failure["parts_s"]["recovery"] is not None and failure["parts_s"]["startup"] is not None
+    assert figures["checkpoints"][0]["step"] == 1000 and figures["ettr"] is not None
+    assert job["attempts"][1]["running_at"] is not None
+    json.dumps(job, default=str)
+    fleet = await reader.goodput(now(), now() - dt.timedelta(days=1), cluster)
+    assert fleet["failures"] == 1 and fleet["lost_by_class_s"]["hardware"]["recomputation"] > 29
+    assert fleet["failures_per_1000_node_hours"] is not None  # (the attempts ran for milliseconds here)

@@ -120,3 +120,37 @@ def test_a_failure_publishes_the_last_progress_and_the_step_to_catch_up_to():
     bus.sent.clear()
     asyncio.run(publisher.publish(straggler, T0))
     assert [type(m).__name__ for _, m, _ in bus.sent] == ["AnomalyDetected"]  # a slow run is no failure
+
+
+LOADS = [
+    (" successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 1000", 1000, "megatron"),
+    ("  successfully loaded checkpoint from /ckpt at iteration 20", 20, "megatron"),
+    ("[INFO|trainer.py:2400] 2026-12-01 >>   Continuing training from global step 500", 500, "hf_trainer"),
+    ("Restoring states from the checkpoint path at /x/lightning_logs/version_0/epoch=0-step=500.ckpt", 500,
+     "lightning"),
+    ("[titan] 2026-12-01 12:00:00,000 - root - INFO - Loading the checkpoint from ./outputs/checkpoint/step-500.", 500,
+     "torchtitan"),
+    ("[INFO] [engine.py:3000:_load_checkpoint] Loading checkpoint: /ck/global_step300/mp_rank_00_model_states.pt",
+     300, "deepspeed"),
+    ("Restoring states from the checkpoint path at /x/last.ckpt", None, "lightning"),
+]
+
+
+def test_load_lines_name_the_step_resumed_from():
+    from relaunch.common.progress.loads import loaded
+
+    for line, step, preset in LOADS:
+        found = loaded(line)
+        assert found is not None and (found.step, found.preset) == (step, preset), line
+    for line in ("Loading checkpoint shards: 100%|██████████| 2/2 [00:01<00:00,  1.50it/s]", "loading data",
+                 "saving checkpoint at iteration    1000 to /ckpt in torch_dist format", "x" * 100_000,
+                 b"\xff\xfe successfully loaded checkpoint from /c at iteration 7"):
+        assert loaded(line) is None or loaded(line).step == 7, line
+
+
+def test_a_batchs_load_line_is_a_loaded_fact_and_no_progress():
+    marks, loads = checkpoints.read_lines([LOADS[0][0], MEGATRON[1]])
+    assert len(marks) == 1 and [x.step for x in loads] == [1000]
+    facts = checkpoints.from_marks("c", "7", 1, marks, T0, None, None, loads=loads)
+    assert [(f.kind, f.step) for f in facts] == [("loaded", 1000), ("first_step", 1000)]
+    assert checkpoints.msg_id(facts[0]) == "checkpoint.c.7.1.loaded.1000"

@@ -160,3 +160,29 @@ def test_two_failures_in_a_row_each_have_their_parts():
     assert second.parts["detection"] == 10 and second.parts["recovery"] == 30 and second.parts["startup"] == 50
     assert second.step_time_s == pytest.approx(420 / 399, rel=1e-3)
     assert second.parts["recomputation"] == pytest.approx(400 * 420 / 399, rel=1e-3)
+
+
+def test_a_load_line_says_where_the_successor_resumed():
+    # it loaded the checkpoint of step 500, not the newest (1000): 800 steps are done again, not 300
+    facts = crash_facts() + [Fact(0, "saved", 500, t(509)), Fact(1, "loaded", 500, t(1380))]
+    lost = lost_time(Failure(0, t(1312), "hardware", 1300), facts, completed_saves(facts), crash_attempts())
+    assert lost.resumed_step == 500 and lost.checkpoint_step == 1000
+    assert lost.parts["recomputation"] == pytest.approx(800, rel=1e-3)
+
+
+def test_the_goodput_page_defines_every_part_fact_and_gauge():
+    from pathlib import Path
+
+    from relaunch.api import metrics
+    from relaunch.common.goodput import FACT_KINDS
+    from relaunch.common.schemas import CheckpointFact
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "goodput.md").read_text()
+    for part in ("recomputation", "detection", "recovery", "start-up", "warm-up", "ETTR", "MTTR"):
+        assert f"| {part}" in page or f"**{part}" in page or f"## One job: {part}" in page, part
+    assert set(FACT_KINDS) == set(CheckpointFact.model_fields["kind"].annotation.__args__)
+    for kind in FACT_KINDS:
+        assert f"`{kind}`" in page, kind
+    for gauge in (metrics.FLEET_ETTR, metrics.FLEET_LOST, metrics.FLEET_MTTR, metrics.FLEET_FAILURE_RATE,
+                  metrics.FLEET_FAILURES):
+        assert gauge._name in page, gauge._name

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 PARTS = ("recomputation", "detection", "recovery", "startup", "warmup")
 """The parts of a failure's lost time, in the order they happen."""
-FACT_KINDS = ("save_started", "saved", "first_step", "last_progress", "caught_up")
+FACT_KINDS = ("save_started", "saved", "first_step", "last_progress", "caught_up", "loaded")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class LostTime:
     checkpoint_step: int | None
     """The last checkpoint saved before the failure (any attempt); None: none seen."""
     resumed_step: int | None
-    """Where the successor resumed: the last save at or below its first step, else its first step; None:
-    no successor has stepped (yet)."""
+    """Where the successor resumed: the step its load line named, else the last save at or below its first
+    step, else its first step; None: no successor has stepped (yet)."""
     step_time_s: float | None
     """The failed attempt's own seconds per step (first step to last progress)."""
     parts: Mapping[str, float | None] = field(default_factory=dict)
@@ -195,7 +195,9 @@ def lost_time(failure: Failure, facts: Iterable[Fact], saves: Iterable[Save],
     checkpoint = last_save_before(saves, k, last.at if last else failure.detected_at)
     succ = attempts.get(k + 1)
     first_next = _one(facts, k + 1, "first_step")
-    resumed = resumed_from(saves, k + 1, first_next.step if first_next else None)
+    load = _one(facts, k + 1, "loaded")  # a load line names the step itself
+    resumed = load.step if load is not None and load.step is not None else \
+        resumed_from(saves, k + 1, first_next.step if first_next else None)
     pace = step_time(facts, k)
     base = resumed if resumed is not None else (checkpoint.step if checkpoint else None)
     if base is None:

@@ -400,10 +400,11 @@ class CheckpointFact(Message):
     cluster: Name
     job_id: JobId
     attempt: int = Field(ge=0)
-    kind: Literal["save_started", "saved", "first_step", "last_progress", "caught_up"] = Field(
+    kind: Literal["save_started", "saved", "first_step", "last_progress", "caught_up", "loaded"] = Field(
         description="save_started / saved: a checkpoint save's start / end; first_step: the attempt's first step; "
                     "last_progress: its last step before its anomaly; caught_up: the first step at which it passed "
-                    "the step the attempt before it failed at")
+                    "the step the attempt before it failed at; loaded: the attempt loaded the checkpoint of `step` "
+                    "(a framework's load line)")
     step: int | None = Field(None, ge=0, description="the training step (a save's: the step it holds; None: not said "
                                                         "and no step seen yet)")
     at: dt.datetime = Field(description="when the line was read or the report made")

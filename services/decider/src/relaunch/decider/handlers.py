@@ -88,8 +88,6 @@ class Decider:
     async def on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> None:
         if self.hang_evidence_wait and wants_evidence(anomaly):
             await self._await_hang_evidence(anomaly)
-        facts = await checkpoint_store.of_job(self.ledger.pool, anomaly.cluster, anomaly.job_id)
-        self._saves[anomaly.anomaly_id] = completed_saves(facts, {anomaly.attempt: anomaly.last_step})
         try:
             # Decided with the other jobs' anomalies that came with it (group_commit, _decide_batch).
             advice = await self.batches.submit((anomaly, delivery, telemetry.current_traceparent()))
@@ -110,6 +108,14 @@ class Decider:
             raise TemporaryError("waiting for the actuator's hang evidence", delay=1.0)
         before = await hang_evidence_store.place_before(pool, anomaly.cluster, anomaly.job_id, anomaly.attempt)
         self._hang_evidence[anomaly.anomaly_id] = (found, before)
+
+    async def _read_saves(self, anomalies: list[AnomalyDetected]) -> None:
+        """The checkpoints each anomaly's job is known to have saved (for `_judge`), in one query for a
+        batch. Read before the batch's transaction, not in on_anomaly: an await there would let a job's
+        second anomaly overtake its first into the batch."""
+        facts = await checkpoint_store.of_jobs(self.ledger.pool, sorted({(a.cluster, a.job_id) for a in anomalies}))
+        for a in anomalies:
+            self._saves[a.anomaly_id] = completed_saves(facts.get((a.cluster, a.job_id), ()), {a.attempt: a.last_step})
 
     async def on_hang_evidence(self, evidence: HangEvidence, delivery: Delivery) -> None:
         await hang_evidence_store.record(self.ledger.pool, evidence)
@@ -142,6 +148,7 @@ class Decider:
             for _ in range(3):
                 if not live:
                     return
+                await self._read_saves([a for (a, _, _), _ in live])
                 now = utcnow()
                 waiting: dict[int, TemporaryError] = {}
                 decided: list[tuple[int, Advice | None]] = []
@@ -211,6 +218,7 @@ class Decider:
     async def _on_anomaly(self, anomaly: AnomalyDetected, delivery: Delivery) -> Advice | None:
         """One anomaly decided alone: five round trips (BEGIN, the job locked with the anomaly recorded,
         everything the decision reads, everything it writes, COMMIT)."""
+        await self._read_saves([anomaly])
         now = utcnow()
         async with self.ledger.anomaly_tx(anomaly) as tx:
             if not tx.row.get("comment"):

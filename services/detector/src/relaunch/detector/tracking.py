@@ -33,7 +33,7 @@ from .domain import checkpoints, hangs, lost_nodes, stragglers
 from .domain.clock import seconds
 from .domain.detection import anomaly_id
 from .domain.track import ProgressTrack, from_record, report_delta
-from .domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint, parse_line
+from .domain.progress import CheckpointMark, Health, OverflowMark, ProgressPoint
 from .checkpoint_facts import FactPublisher
 from relaunch.common.progress import divergence
 
@@ -78,9 +78,9 @@ class ProgressTracker:
 
     # -- inputs ---------------------------------------------------------------------------------
     async def on_batch(self, batch: LogBatch) -> None:
-        marks = [m for m in map(parse_line, batch.lines) if m is not None]
-        if marks:
-            await self._observe(batch.job_id, batch.attempt, marks, batch.read_at)
+        marks, loads = checkpoints.read_lines(batch.lines)
+        if marks or loads:
+            await self._observe(batch.job_id, batch.attempt, marks, batch.read_at, loads)
 
     async def on_progress(self, msg: ProgressReported, delivery: Delivery) -> None:
         info = await self.state.job(msg.cluster, msg.job_id)
@@ -224,7 +224,7 @@ class ProgressTracker:
         elif current is not None:
             await self.state.forget_progress(self.cluster, job_id)
 
-    async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime) -> None:
+    async def _observe(self, job_id: str, attempt: int, marks: list, at: dt.datetime, loads: list = ()) -> None:
         info = await self.state.job(self.cluster, job_id)
         hang_policy, policy = self._policies_of(info)
         live = _track_of(await self.state.progress(self.cluster, job_id), hang_policy.window, policy.samples_kept)
@@ -237,7 +237,7 @@ class ProgressTracker:
         live.observe(marks, at_s, hang_policy.window, policy.samples_kept)
         await self.facts.publish(checkpoints.from_marks(
             self.cluster, job_id, attempt, marks, at, high_before,
-            checkpoints.catch_up_target(info.get(checkpoints.CATCH_UP_FIELD), attempt)))
+            checkpoints.catch_up_target(info.get(checkpoints.CATCH_UP_FIELD), attempt), loads=loads))
         diverged = None
         for mark in marks:
             if isinstance(mark, CheckpointMark):

@@ -20,10 +20,14 @@ async def record(pool: asyncpg.Pool, fact: CheckpointFact) -> None:
             fact.cluster, fact.job_id, fact.attempt, fact.kind, fact.step, fact.at, fact.source, fact.preset)
 
 
-async def of_job(pool: asyncpg.Pool, cluster: str, job_id: str) -> tuple[Fact, ...]:
-    """The job's facts, oldest first."""
+async def of_jobs(pool: asyncpg.Pool, jobs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[Fact, ...]]:
+    """(cluster, job_id) -> the job's facts, oldest first, for a batch of jobs in one query."""
+    out: dict[tuple[str, str], list[Fact]] = {job: [] for job in jobs}
     with postgres_outage():
         rows = await pool.fetch(
-            "SELECT attempt, kind, step, at FROM checkpoint_facts WHERE cluster = $1 AND job_id = $2 "
-            "ORDER BY at, id", cluster, job_id)
-    return tuple(Fact(r["attempt"], r["kind"], r["step"], r["at"]) for r in rows)
+            """SELECT f.cluster, f.job_id, f.attempt, f.kind, f.step, f.at FROM checkpoint_facts f
+               JOIN unnest($1::text[], $2::text[]) AS j(cluster, job_id) USING (cluster, job_id)
+               ORDER BY f.at, f.id""", [c for c, _ in jobs], [j for _, j in jobs])
+    for r in rows:
+        out.setdefault((r["cluster"], r["job_id"]), []).append(Fact(r["attempt"], r["kind"], r["step"], r["at"]))
+    return {job: tuple(facts) for job, facts in out.items()}

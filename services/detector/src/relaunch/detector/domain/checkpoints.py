@@ -17,11 +17,24 @@ from collections.abc import Iterable
 
 from relaunch.common.schemas import CheckpointFact
 
-from .progress import CheckpointMark, ProgressPoint
+from relaunch.common.progress.loads import Load, loaded
+
+from .progress import CheckpointMark, ProgressPoint, parse_line
 
 CATCH_UP_FIELD = "catch_up"
 """The job's hot-state field: `<attempt>:<step>`, the step that attempt must pass to be back where the
 one before it failed."""
+
+
+def read_lines(lines: Iterable[str]) -> tuple[list, list[Load]]:
+    """A log batch's progress marks (parse_line's) and, among its other lines, its checkpoint loads."""
+    marks, loads = [], []
+    for line in lines:
+        if (mark := parse_line(line)) is not None:
+            marks.append(mark)
+        elif (load := loaded(line)) is not None:  # a checkpoint loaded: where the attempt resumed
+            loads.append(load)
+    return marks, loads
 
 
 def catch_up_target(value: str | bytes | None, attempt: int) -> int | None:
@@ -41,14 +54,15 @@ def catch_up_value(attempt: int, step: int) -> str:
 
 def msg_id(fact: CheckpointFact) -> str:
     step = "" if fact.step is None else fact.step
-    tail = f".{step}" if fact.kind in ("save_started", "saved") else ""
+    tail = f".{step}" if fact.kind in ("save_started", "saved", "loaded") else ""
     return f"checkpoint.{fact.cluster}.{fact.job_id}.{fact.attempt}.{fact.kind}{tail}"
 
 
 def from_marks(cluster: str, job_id: str, attempt: int, marks: Iterable, at: dt.datetime, high_before: int | None,
-               catch_up: int | None, source: str = "log") -> list[CheckpointFact]:
+               catch_up: int | None, source: str = "log", loads: Iterable[Load] = ()) -> list[CheckpointFact]:
     """The facts of one batch of parsed lines (`marks`, in order), read at `at`; `high_before`: the
-    attempt's highest step before it (None: it has stepped no step yet)."""
+    attempt's highest step before it (None: it has stepped no step yet); `loads`: the batch's checkpoint
+    load lines (relaunch.common.progress.loads)."""
     out: list[CheckpointFact] = []
     high = high_before
     caught = False
@@ -57,6 +71,8 @@ def from_marks(cluster: str, job_id: str, attempt: int, marks: Iterable, at: dt.
         out.append(CheckpointFact(cluster=cluster, job_id=job_id, attempt=attempt, kind=kind, step=step, at=at,
                                   source=source, preset=preset[:32]))
 
+    for load in loads:
+        fact("loaded", load.step, load.preset)
     for mark in marks:
         if isinstance(mark, ProgressPoint) and mark.step is not None:
             if high is None:
