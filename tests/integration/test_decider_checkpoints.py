@@ -108,3 +108,61 @@ async def test_the_api_reads_a_jobs_goodput_and_the_fleets_from_the_ledger(ledge
     fleet = await reader.goodput(now(), now() - dt.timedelta(days=1), cluster)
     assert fleet["failures"] == 1 and fleet["lost_by_class_s"]["hardware"]["recomputation"] > 29
     assert fleet["failures_per_1000_node_hours"] is not None  # (the attempts ran for milliseconds here)
+
+
+async def test_the_detector_publishes_facts_on_the_bus_and_the_decider_keeps_them(test_stack, ledger, unique):
+    """Real NATS and Redis: save lines from two ranks, a hang with the attempt's last progress, a restarted
+    attempt that loads the checkpoint and gets back past the failed step; each fact once in the ledger."""
+    from relaunch.common import subjects
+    from relaunch.common.connection import Bus
+    from relaunch.common.schemas import LogBatch
+    from relaunch.detector.adapters.hotstate import HotState
+    from relaunch.detector.anomalies import AnomalyPublisher
+    from relaunch.detector.domain import hangs, stragglers
+    from relaunch.detector.tracking import ProgressTracker
+
+    cluster = f"c{unique}"
+    bus = await Bus.connect(test_stack["RELAUNCH_NATS_URL"], f"t{unique}")
+    state = HotState(test_stack["RELAUNCH_REDIS_URL"])
+    try:
+        publisher = AnomalyPublisher(bus, state)
+        tracker = ProgressTracker(bus, state, cluster, hangs.HangPolicy(floor_s=10.0), stragglers.StragglerPolicy(),
+                                  anomalies=publisher)
+        publisher.progress = tracker.progress_of
+        await state.track(cluster, "9", {"attempt": "0", "nodes": '["node1"]'})
+        t0 = now() - dt.timedelta(minutes=5)
+
+        def step(it):
+            return (f" iteration {it:8d}/  500000 | consumed samples: {it} | elapsed time per iteration (ms): 1000.0 |"
+                    " lm loss: 2.1E+00 |")
+
+        save = ["saving checkpoint at iteration       4 to /ckpt", "  successfully saved checkpoint from iteration"
+                "       4 to /ckpt [ t 1/1, p 1/1 ]"]
+        batches = [(0, [step(1), step(2)]), (0, [step(3), step(4)] + save + save), (0, [step(5), step(6)])]
+        for i, (attempt, lines) in enumerate(batches):
+            await tracker.on_batch(LogBatch(cluster=cluster, job_id="9", attempt=attempt, path="/x", offset=i,
+                                            lines=lines, read_at=t0 + dt.timedelta(seconds=2 * i)))
+        await tracker.sweep_once(t0 + dt.timedelta(seconds=40))  # the hang: its last progress is a fact
+        await state.track(cluster, "9", {"attempt": "1"})
+        loads = ["  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 4"]
+        for i, lines in enumerate([loads + [step(5)], [step(6), step(7)]]):
+            await tracker.on_batch(LogBatch(cluster=cluster, job_id="9", attempt=1, path="/x", offset=i, lines=lines,
+                                            read_at=t0 + dt.timedelta(seconds=60 + i)))
+        sub = await bus.js.subscribe(subjects.event_checkpoint(cluster, "9"), ordered_consumer=True)
+        facts = []
+        try:
+            while True:
+                facts.append(CheckpointFact.model_validate_json((await sub.next_msg(timeout=0.5)).data))
+        except Exception:
+            pass
+        await sub.unsubscribe()
+    finally:
+        await bus.close()
+        await state.close()
+    assert [(f.attempt, f.kind, f.step) for f in facts] == [
+        (0, "first_step", 1), (0, "save_started", 4), (0, "saved", 4), (0, "last_progress", 6),
+        (1, "loaded", 4), (1, "first_step", 5), (1, "caught_up", 6)]
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    for f in facts + facts:  # and every redelivery
+        await decider.on_checkpoint(f, DELIVERY)
+    assert await ledger.pool.fetchval("SELECT count(*) FROM checkpoint_facts WHERE cluster=$1", cluster) == 7

@@ -31,3 +31,30 @@ def test_the_job_page_shows_ettr_checkpoints_and_a_lost_time_bar_per_failure(pag
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#timeline-section").screenshot(path=str(ARTIFACTS / "dashboard-goodput.png"))
     assert not page.errors, page.errors
+
+
+def test_the_fleet_view_shows_ettr_mttr_and_the_time_lost_by_part_per_fault_class(page):  # noqa: F811
+    from test_goodput_views import ANOMALIES, ATTEMPTS, FACTS, JOB, t
+
+    from relaunch.api.domain.lost_time import fleet_view
+
+    ledger = page.fakes.ledger
+    before = ledger.fleet
+
+    async def fleet(now, days=14, cluster=None):
+        out = await before(now, days, cluster)
+        return {**out, "goodput": fleet_view([(JOB, ATTEMPTS, ANOMALIES, FACTS)], t(2000), t(-60))}
+
+    ledger.fleet = fleet
+    page.goto(f"{ORIGIN}/?poll=60")
+    box = page.locator("#fleet-goodput")
+    box.locator('.lost-failure[data-class="hardware"]').wait_for()
+    figures = box.locator(".figure").evaluate_all("fs => fs.map(f => [f.dataset.figure, f.firstChild.textContent])")
+    assert dict(figures)["MTTR (detection + recovery + start-up)"] == "1 min 21 s"
+    assert dict(figures)["ETTR"].endswith("%")
+    hardware = box.locator('.lost-failure[data-class="hardware"]')
+    assert "hardware: lost 6 min 41 s — recomputation 5 min 0 s, detection 3.0 s" in hardware.inner_text()
+    assert hardware.locator(".lost-part").count() == 5
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#fleet-section").screenshot(path=str(ARTIFACTS / "dashboard-fleet-goodput.png"))
+    assert not page.errors, page.errors

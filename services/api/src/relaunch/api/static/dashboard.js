@@ -156,6 +156,7 @@
       ["mean time to recover", mttr], ["time lost", `${data.lost_s_total} s`], ["not recovered", data.unrecovered],
     ].map(([label, value]) => el("div", { class: "figure", dataset: { figure: label } },
       el("span", { class: "figure-value" }, String(value)), el("span", { class: "muted" }, label))));
+    renderFleetGoodput(data.goodput);
     window.RelaunchCharts.drawDays($("#fleet-by-class"), data.days, "by_class");
     window.RelaunchCharts.drawDays($("#fleet-by-action"), data.days, "by_action");
     window.RelaunchCharts.drawLost($("#fleet-lost"), data.recoveries);
@@ -172,6 +173,33 @@
       el("td", {}, n.jobs.map((j) => el("a", { href: `#job=${encodeURIComponent(jobKey(n.cluster, j))}`,
         onclick: (event) => { event.preventDefault(); select(n.cluster, j, true); } }, `job ${j} `))),
       el("td", {}, el("ul", { class: "reasons" }, n.reasons.map((r) => el("li", {}, r)))))));
+  }
+
+  // The fleet's goodput (docs/goodput.md): ETTR, MTTR, failures per 1,000 node-hours, and one bar of the
+  // time lost by part per fault class, in proportion to the class that lost most.
+  function renderFleetGoodput(g) {
+    const box = $("#fleet-goodput");
+    if (!g) { box.replaceChildren(); return; }
+    const pct = g.ettr === null || g.ettr === undefined ? "-" : `${(100 * g.ettr).toFixed(1)}%`;
+    const rate = g.failures_per_1000_node_hours === null ? "-" : String(g.failures_per_1000_node_hours);
+    const classes = Object.entries(g.lost_by_class_s || {});
+    const total = (parts) => PARTS.reduce((sum, [key]) => sum + (parts[key] || 0), 0);
+    const longest = Math.max(1, ...classes.map(([, parts]) => total(parts)));
+    box.replaceChildren(
+      el("div", { class: "fleet-summary" }, [["ETTR", pct], ["MTTR (detection + recovery + start-up)", duration(g.mttr_s)],
+        ["failures per 1,000 node-hours", rate], ["time lost in all", duration(total(g.lost_by_part_s || {}))]]
+        .map(([label, value]) => el("div", { class: "figure", dataset: { figure: label } },
+          el("span", { class: "figure-value" }, value), el("span", { class: "muted" }, label)))),
+      ...classes.map(([klass, parts]) => el("div", { class: "lost-failure", dataset: { class: klass } },
+        el("p", { class: "detail" }, `${klass}: lost ${duration(total(parts))} — `,
+           PARTS.map(([key, label]) => `${label} ${duration(parts[key] || 0)}`).join(", ")),
+        el("div", { class: "lost-bar", role: "img", "aria-label": `${klass} time lost by part` },
+          PARTS.filter(([key]) => parts[key]).map(([key, label]) => {
+            const span = el("span", { class: `lost-part part-${key}`, dataset: { part: key },
+                                      title: `${label}: ${duration(parts[key])}` });
+            span.style.width = `${(100 * parts[key] / longest).toFixed(2)}%`;
+            return span;
+          })))));
   }
 
   function renderSummary(job) {
