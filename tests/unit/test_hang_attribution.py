@@ -138,3 +138,16 @@ def test_an_idle_rank_in_backward_without_native_frames_waits_with_the_ddp_victi
     # The same rank using CPU is computing its backward: not a victim, so the blame is unclear (no node).
     busy = attribute([RankReading(0, "node3", 4242, BACKWARD, ProcSample("R", 40, 0.5)), *readings[1:]])
     assert 0 in busy.suspects and busy.blame == "unclear" and busy.suspect_nodes == ()
+    # Computing under heavy load (a fifth of a core: 10 ticks in 0.5 s) is still computing.
+    loaded = attribute([RankReading(0, "node3", 4242, BACKWARD, ProcSample("S", 10, 0.5)), *readings[1:]])
+    assert 0 in loaded.suspects and loaded.blame == "unclear"
+
+
+def test_a_victim_whose_background_threads_took_a_tick_is_still_idle():
+    """The frameworks tier under load (ddp2, rank 1 stuck in a native call on node1): rank 0 in backward, py-spy's
+    --native timed out, 1 tick of CPU in 0.5 s (the process's other threads): a victim, and node1 is blamed."""
+    native, _ = _dump("gloo3-native-rank1.txt")
+    readings = [RankReading(0, "node2", 4242, BACKWARD, ProcSample("S", 1, 0.5)),
+                RankReading(1, "node1", 4243, native, ProcSample("S", 2, 0.5))]
+    verdict = attribute(readings)
+    assert verdict.blame == "node" and verdict.suspects == (1,) and verdict.suspect_nodes == ("node1",), verdict

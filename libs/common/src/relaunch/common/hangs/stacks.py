@@ -203,8 +203,8 @@ def where(reading: RankReading) -> Where:
     if collective is None and any("Reducer" in f.func for f in above):
         collective = "all_reduce (DDP gradients)"  # DDP's reducer waits for the gradients' all_reduce in backward
     elif collective is None and not above and python and _AUTOGRAD.search(python[0].file) and _idle(reading):
-        # In autograd's backward with no native frames read (py-spy's --native failed or was not run) and not
-        # one clock tick of CPU between the two /proc samples: waiting, and in a DDP job backward waits only
+        # In autograd's backward with no native frames read (py-spy's --native failed or was not run) and hardly
+        # any CPU between the two /proc samples (_idle): waiting, and in a DDP job backward waits only
         # for the gradients' all_reduce. A rank computing its backward uses CPU, and stays "library".
         collective = "all_reduce (DDP gradients)"
     elif collective is None and any(_NATIVE_COLLECTIVE.search(f.func + " " + f.file) for f in above):
@@ -234,10 +234,21 @@ def where(reading: RankReading) -> Where:
 _AUTOGRAD = re.compile(r"torch/autograd/")
 
 
+USER_HZ = 100
+"""Clock ticks per second in /proc/<pid>/stat (Linux's USER_HZ, 100 on every architecture it exports)."""
+IDLE_SHARE = 0.1
+"""At most this share of one CPU between the two /proc samples is idle. utime + stime are the whole process's:
+a waiting rank's background threads (gloo's pairs, the watchdog, py-spy's own attach) take a tick or two (seen:
+1 tick in 0.5 s for a DDP victim under load, which a zero threshold took for compute), while a rank computing its
+backward takes most of a core, and a fifth of one even with four runnable processes per core."""
+
+
 def _idle(reading: RankReading) -> bool:
-    """Asleep at both /proc samples' end with no CPU used between them (not in uninterruptible sleep)."""
-    return reading.proc is not None and reading.proc.state == "S" and reading.proc.cpu_ticks == 0 \
-        and reading.proc.blocked_threads == 0
+    """Asleep at the second /proc sample with hardly any CPU used between the two (IDLE_SHARE), and not in
+    uninterruptible sleep."""
+    proc = reading.proc
+    return proc is not None and proc.state == "S" and proc.blocked_threads == 0 \
+        and proc.cpu_ticks <= IDLE_SHARE * proc.interval_s * USER_HZ
 
 
 def _base(path: str) -> str:
