@@ -190,3 +190,14 @@ def test_a_logged_warning_that_names_an_exception_is_not_the_crash(line):
     assert verdict_of_stream(io.BytesIO(line.encode() + b"\n"), SCANNER) is None
     control = "ERROR:root:ModuleNotFoundError: No module named 'apex'\n"
     assert verdict_of_stream(io.BytesIO(control.encode()), SCANNER) is not None
+
+
+def test_pdsh_names_the_host_that_printed_a_hardware_fault_and_a_word_is_no_host():
+    # DeepSpeed's multi-node launcher runs ranks through pdsh, which puts the host before each line.
+    found = SCANNER.match_line("gpu-node-07: [rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered", 0)
+    assert found is not None and found.signature.fault_domain == "hardware"
+    assert "gpu-node-07" in found.nodes and 3 in found.ranks
+    found = SCANNER.match_line("192.168.0.6: RuntimeError: CUDA error: uncorrectable ECC error encountered", 0)
+    assert found is not None and found.addresses == ("192.168.0.6",) and not found.nodes
+    assert prefixes.strip("worker-1: [rank8]: step 10")[1] == 8
+    assert prefixes.views("error: something") == (prefixes.View(0),)  # a word that ends in no digit
