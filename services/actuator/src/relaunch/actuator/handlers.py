@@ -28,7 +28,7 @@ from relaunch.common.schemas import Advice, AuditEntry, ReconcileStatus
 
 from .adapters.coordination import HoldRegistry
 from .adapters.ratelimit import ActionRateLimit
-from .adapters.slurm import Slurm
+from .slurm_port import SlurmPort
 from .domain.draining import Drain, lost_nodes, plan_downs, plan_drains
 from .domain.launches import BatchStep
 from .domain.observing import Observed
@@ -70,7 +70,7 @@ def again(detail: str, delay: float) -> Outcome:
 class Reconciler:
     """Consumes ADVICE; acks only at a terminal outcome, naks to look again meanwhile."""
 
-    def __init__(self, bus: Bus, slurm: Slurm, mode: str, holds: HoldRegistry, limit: ActionRateLimit | None,
+    def __init__(self, bus: Bus, slurm: SlurmPort, mode: str, holds: HoldRegistry, limit: ActionRateLimit | None,
                  partitions: frozenset[str] = frozenset(), drain_nodes: bool = False,
                  down_lost_nodes: bool = True, fence: Callable[[], bool] = lambda: True) -> None:
         """`fence()`: whether this actuator may still act (it holds the lease, coordination.py); asked

@@ -38,7 +38,8 @@ from relaunch.common.optin import parse_comment
 from relaunch.common.periodic import every, warn_on
 from relaunch.common.schemas import JobObserved
 
-from .adapters.slurm import AccountingDisabled, Slurm
+from .adapters.slurm import AccountingDisabled
+from .slurm_port import SlurmPort
 from .domain.accounting import REQUEUE_LINK, AccountedAttempt, job_chain
 from .domain.node_facts import NodeFacts
 from .domain.observing import Listing, SqueueJob, read_listing
@@ -80,7 +81,7 @@ class _Seen:
 
 
 class Observer:
-    def __init__(self, bus: Bus, slurm: Slurm, cluster: str, interval_s: float,
+    def __init__(self, bus: Bus, slurm: SlurmPort, cluster: str, interval_s: float,
                  active: Callable[[], bool] = lambda: True, history_window_s: float = 900.0) -> None:
         self.bus, self.slurm, self.cluster, self.interval_s = bus, slurm, cluster, interval_s
         self.active = active

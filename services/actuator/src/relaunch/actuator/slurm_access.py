@@ -9,11 +9,12 @@ from relaunch.common.settings import CommonSettings, load_settings
 from .adapters.slurm import Slurm
 from .adapters.slurmrest import SlurmRest
 from .settings import SlurmRestSettings
+from .slurm_port import SlurmPort
 
 log = logging.getLogger(__name__)
 
 
-def slurm_adapter(common: CommonSettings, timeout_s: float = 15.0) -> Slurm | SlurmRest:
+def slurm_adapter(common: CommonSettings, timeout_s: float = 15.0) -> SlurmPort:
     """cli: Slurm's commands (the default); rest: slurmrestd, with the CLI for steps it lacks when asked."""
     if common.slurm_api == "cli":
         return Slurm(timeout_s=timeout_s)

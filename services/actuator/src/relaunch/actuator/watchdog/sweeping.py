@@ -20,13 +20,13 @@ from relaunch.common.errors import PermanentError, TemporaryError
 from relaunch.common.schemas import AuditEntry
 
 from ..adapters.coordination import Hold, HoldRegistry
-from ..adapters.slurm import Slurm
+from ..slurm_port import SlurmPort
 
 log = logging.getLogger(__name__)
 
 
 class Watchdog:
-    def __init__(self, bus: Bus, slurm: Slurm, holds: HoldRegistry, mode: str, bound_s: float) -> None:
+    def __init__(self, bus: Bus, slurm: SlurmPort, holds: HoldRegistry, mode: str, bound_s: float) -> None:
         self.bus, self.slurm, self.holds, self.mode, self.bound_s = bus, slurm, holds, mode, bound_s
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
