@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
@@ -16,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 
-Check = Callable[[], bool]
+Check = Callable[[], "bool | tuple[bool, str]"]
+"""A readiness check: whether the service can do its part of the job now, with the reason when it cannot
+(a bare bool: no reason to give)."""
 
 
 class HealthServer:
@@ -38,13 +41,22 @@ class HealthServer:
             self._server.close()
 
     def report(self) -> tuple[bool, dict[str, bool]]:
-        results = {}
+        ok, results, _ = self.report_with_reasons()
+        return ok, results
+
+    def report_with_reasons(self) -> tuple[bool, dict[str, bool], dict[str, str]]:
+        """Whether every check passes, each check's result, and why each failing one failed."""
+        results, reasons = {}, {}
         for name, check in self.checks.items():
             try:
-                results[name] = bool(check())
-            except Exception:  # a failing check is a failed check, not a crash
-                results[name] = False
-        return all(results.values()), results
+                got = check()
+                passed, why = (bool(got[0]), str(got[1])) if isinstance(got, tuple) else (bool(got), "")
+            except Exception as exc:  # a failing check is a failed check, not a crash
+                passed, why = False, f"the check raised {type(exc).__name__}: {exc}"
+            results[name] = passed
+            if not passed:
+                reasons[name] = why or f"{name} is not ready"
+        return all(results.values()), results, reasons
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -54,10 +66,10 @@ class HealthServer:
             if path.startswith("/metrics"):
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest()
             elif path.startswith("/healthz"):
-                ok, results = self.report()
+                ok, results, reasons = self.report_with_reasons()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype = "application/json"
-                body = json.dumps({"service": self.service, "ok": ok, "checks": results}).encode()
+                body = json.dumps({"service": self.service, "ok": ok, "checks": results, "reasons": reasons}).encode()
             else:
                 status, ctype, body = "404 Not Found", "application/json", b'{"error": "try /healthz or /metrics"}'
             writer.write(
@@ -111,3 +123,15 @@ def without_password(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def answered_within(last_answer: float, now: float, limit_s: float, what: str) -> tuple[bool, str]:
+    """A readiness check's result: `what` answered no longer than `limit_s` ago (monotonic seconds)."""
+    quiet = now - last_answer
+    return quiet <= limit_s, f"{what} has not answered for {quiet:.0f} s (more than {limit_s:g} s)"
+
+
+def readable_dirs(paths: tuple[str, ...] | list[str], setting: str) -> tuple[bool, str]:
+    """A readiness check's result: every directory in `paths` exists and this process may list and read it."""
+    unreadable = [p for p in paths if not (os.path.isdir(p) and os.access(p, os.R_OK | os.X_OK))]
+    return not unreadable, f"not readable by this service: {', '.join(unreadable)} ({setting})"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
+from relaunch.common.health import answered_within
 from relaunch.common.periodic import every
 from relaunch.common.serving import consume
 from relaunch.common.service import run_service, setup_logging
@@ -87,7 +88,13 @@ async def amain() -> None:
         await bus.close()
         await limit.close()
 
-    checks = {"nats": lambda: bus.connected, "redis": lambda: limit.redis.reachable}
+    def slurm_answers() -> tuple[bool, str]:
+        """Ready only while Slurm answers through the chosen adapter: a rollout whose actuator cannot reach
+        slurmctld is not healthy, since nothing can be restarted (docs/operator-guide.md, "Health and logs")."""
+        return answered_within(slurm_seen[0], time.monotonic(), settings.slurm_lost_s,
+                               f"slurmctld (through the {common.slurm_api} adapter)")
+
+    checks = {"nats": lambda: bus.connected, "redis": lambda: limit.redis.reachable, "slurm": slurm_answers}
     await run_service("actuator", settings.health_port, checks, tasks, on_stop,
                       health_host=common.health_host)
 

@@ -12,6 +12,7 @@ from relaunch.common.ingest import consume_batch, consume_each, handled_until
 from relaunch.common.serving import serve
 from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.common.health import Reachability
+from relaunch.common.health import readable_dirs
 from relaunch.common.service import run_service, setup_logging
 from relaunch.common.telemetry import setup_tracing
 from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
@@ -104,9 +105,10 @@ async def amain() -> None:
         await state.close()
         await history.store.close()
 
+    roots = settings.log_root_list()  # ready only while each can be read: a missing mount is no log read at all
     await run_service("detector", settings.health_port,
-                      {"nats": lambda: bus.connected, "redis": lambda: redis.reachable}, tasks, on_stop,
-                      health_host=common.health_host)
+                      {"nats": lambda: bus.connected, "redis": lambda: redis.reachable, "log_roots": lambda: readable_dirs(roots, "RELAUNCH_DETECTOR_LOG_ROOTS")},
+                      tasks, on_stop, health_host=common.health_host)
 
 
 GC_THRESHOLDS = (100_000, 50, 1000)
