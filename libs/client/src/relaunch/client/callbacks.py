@@ -1,5 +1,6 @@
 """One-line progress callbacks for HF Trainer and Lightning: each reports every optimizer step (and the
-loss and grad norm, for divergence detection) through report_progress (docs/user-guide.md, "Progress").
+loss and grad norm, for divergence detection) through report_progress (docs/user-guide.md, "Progress");
+HF's reports each checkpoint it saved, too (docs/goodput.md).
 
     Trainer(..., callbacks=[HFProgressCallback()])
     pl.Trainer(..., callbacks=[LightningProgressCallback()])
@@ -62,6 +63,12 @@ def HFProgressCallback(report: Report = report_progress):  # noqa: N802 - reads 
                 return
             loss, grad = _number(logs.get("loss")), _number(logs.get("grad_norm"))
             report(int(state.global_step), loss=loss, grad_norm=grad)
+
+        def on_save(self, args, state, control, **kwargs):
+            # Called once the Trainer has written the checkpoint: a save of the ledger (docs/goodput.md),
+            # which HF's own log does not end with a line unless it rotates old checkpoints.
+            if state.is_world_process_zero:
+                report(int(state.global_step), checkpoint_saved=True)
 
     return _HFProgress()
 
