@@ -111,7 +111,7 @@ def jobs(ctx: typer.Context, cluster: str = typer.Option(None, help="Only this c
 @jobs_app.command("show")
 def jobs_show(job_id: str, cluster: str = typer.Option(None, help="Cluster name (default: $RELAUNCH_CLUSTER)."),
               as_json: bool = typer.Option(False, "--json", help="One JSON object: job, attempts, anomalies, "
-                                                               "advice, audit.")) -> None:
+                                                               "advice, audit, goodput.")) -> None:
     """Show one job from the ledger: its attempts, anomalies, advice and audit trail."""
     data = _get(f"/v1/jobs/{_cluster(cluster)}/{job_id}")
     if as_json:
