@@ -7,8 +7,13 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .health import Check, HealthServer
+from .settings import CommonSettings, SettingsError, load_settings, require_backends
+from .telemetry import setup_tracing
+
+S = TypeVar("S")
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +24,26 @@ def setup_logging(service: str, level: str = "INFO") -> None:
         format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+def bootstrap(service: str, settings_type: type[S], logged_as: str | None = None) -> tuple[CommonSettings, S]:
+    """The start of every composition root: the common settings and the service's own (an error names the
+    variable: SettingsError), the backends the service needs (require_backends), logging and tracing."""
+    common = load_settings(CommonSettings)
+    settings = load_settings(settings_type)
+    require_backends(common, settings_type)
+    setup_logging(logged_as or service, common.log_level)
+    setup_tracing(logged_as or service, common.otlp_endpoint, common.trace_file)
+    return common, settings
+
+
+def run_main(service: str, amain: Callable[[], Awaitable[None]], errors: tuple[type[Exception], ...] = ()) -> None:
+    """A service's entry point: run `amain`; a settings error (or one of `errors`, a bad file the service reads at
+    start) is one line on stderr naming what to fix, exit status 1, not a traceback."""
+    try:
+        asyncio.run(amain())
+    except (SettingsError, *errors) as exc:
+        raise SystemExit(f"relaunch {service}: {exc}") from None
 
 
 async def run_service(

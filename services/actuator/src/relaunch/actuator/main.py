@@ -17,9 +17,7 @@ from relaunch.common.connection import Bus
 from relaunch.common.health import answered_within
 from relaunch.common.periodic import every
 from relaunch.common.serving import consume
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
+from relaunch.common.service import bootstrap, run_main, run_service
 
 from .adapters.coordination import HoldRegistry, Lease
 from .adapters.ratelimit import ActionRateLimit
@@ -32,11 +30,7 @@ log = logging.getLogger(__name__)
 
 
 async def amain() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(ActuatorSettings)
-    require_backends(common, ActuatorSettings)
-    setup_logging("actuator", common.log_level)
-    setup_tracing("actuator", common.otlp_endpoint, common.trace_file)
+    common, settings = bootstrap("actuator", ActuatorSettings)
     bus = await Bus.connect(common.nats_url, "actuator")
     slurm = slurm_adapter(common, settings.slurm_timeout_s)
     instance = settings.instance or f"{socket.gethostname()}-{os.getpid()}"
@@ -100,7 +94,4 @@ async def amain() -> None:
 
 
 def main() -> None:
-    try:
-        asyncio.run(amain())
-    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
-        raise SystemExit(f"relaunch actuator: {exc}") from None
+    run_main("actuator", amain)

@@ -13,9 +13,7 @@ from relaunch.common.serving import serve
 from relaunch.common.policies.policy_file import load_policies
 from relaunch.common.policies.policy_set import PolicyFileError
 from relaunch.common.health import Reachability
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
+from relaunch.common.service import bootstrap, run_main, run_service
 
 from .adapters.ledger import Ledger
 from .handlers import Decider
@@ -27,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 async def amain() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(DeciderSettings)
-    require_backends(common, DeciderSettings)
-    setup_logging("decider", common.log_level)
-    setup_tracing("decider", common.otlp_endpoint, common.trace_file)
+    common, settings = bootstrap("decider", DeciderSettings)
     # Validated before anything connects: a bad policy file is an operator's mistake to fix, not a retry.
     policies = load_policies(settings.policy_file)
     log.info("policies from %s: %s (default %s)", policies.source, ", ".join(policies.names()), policies.default)
@@ -65,7 +59,4 @@ async def amain() -> None:
 
 
 def main() -> None:
-    try:
-        asyncio.run(amain())
-    except (PolicyFileError, SettingsError) as exc:  # printed on stderr, exit status 1
-        raise SystemExit(f"relaunch decider: {exc}") from None
+    run_main("decider", amain, (PolicyFileError,))

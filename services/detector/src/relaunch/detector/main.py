@@ -13,9 +13,7 @@ from relaunch.common.serving import serve
 from relaunch.common.diagnosis.signatures import load_catalogue
 from relaunch.common.health import Reachability
 from relaunch.common.health import readable_dirs
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
+from relaunch.common.service import bootstrap, run_main, run_service
 
 from .adapters.allocator import fix_mmap_threshold
 from .adapters.follower import Follower
@@ -35,12 +33,8 @@ from .tracking import ProgressTracker
 
 
 async def amain() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(DetectorSettings)
-    require_backends(common, DetectorSettings)
-    setup_logging("detector", common.log_level)
+    common, settings = bootstrap("detector", DetectorSettings)
     fix_mmap_threshold(settings.malloc_mmap_threshold)
-    setup_tracing("detector", common.otlp_endpoint, common.trace_file)
     catalogue = load_catalogue(settings.extra_signatures)
     bus = await Bus.connect(common.nats_url, "detector")
     state = HotState(common.redis_url)
@@ -121,7 +115,4 @@ reports a second. Reference counting still frees everything at once; only cyclic
 def main() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     gc.freeze()  # what start-up made (modules, the catalogue) lives as long as the process: never walk it
-    try:
-        asyncio.run(amain())
-    except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
-        raise SystemExit(f"relaunch detector: {exc}") from None
+    run_main("detector", amain)

@@ -9,9 +9,7 @@ import logging
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
 from relaunch.common.ingest import consume_batch
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
-from relaunch.common.telemetry import setup_tracing
+from relaunch.common.service import bootstrap, run_main, run_service
 
 from .adapters.webhook import Webhooks
 from .dispatch import Dispatcher
@@ -22,11 +20,7 @@ log = logging.getLogger(__name__)
 
 
 async def amain() -> None:
-    common = load_settings(CommonSettings)
-    settings = load_settings(NotifierSettings)
-    require_backends(common, NotifierSettings)
-    setup_logging("notifier", common.log_level)
-    setup_tracing("notifier", common.otlp_endpoint, common.trace_file)
+    common, settings = bootstrap("notifier", NotifierSettings)
     routes = load_routes(settings.routes_file)  # validated before anything connects
     if routes:
         log.info("routes: %s", "; ".join(f"{r.name} ({', '.join(r.events)})" for r in routes))
@@ -50,7 +44,4 @@ async def amain() -> None:
 
 
 def main() -> None:
-    try:
-        asyncio.run(amain())
-    except (RoutesFileError, SettingsError) as exc:  # printed on stderr, exit status 1
-        raise SystemExit(f"relaunch notifier: {exc}") from None
+    run_main("notifier", amain, (RoutesFileError,))
