@@ -16,7 +16,7 @@ STACK := RELAUNCH_SLURM=$(or $(SLURM),host) $(if $(SLURM_API),RELAUNCH_SLURM_API
 	$(if $(NATS_SERVERS),RELAUNCH_NATS_SERVERS=$(NATS_SERVERS))
 SLURM_RELEASES := 22.05 24.11 26.05
 
-.PHONY: help setup up down status demo demo-compose test test-under-load test-unit test-matrix bench bench-load bench-ingest bench-failure bench-restart bench-scan bench-hang reliability fixtures
+.PHONY: help setup up down status demo demo-compose test test-under-load test-unit test-matrix lint bench bench-load bench-ingest bench-failure bench-restart bench-scan bench-hang reliability fixtures
 
 help:
 	@echo "make setup   install OS packages (as root), .venv and every relaunch package (SLURM=24.11|26.05: that release too)"
@@ -27,6 +27,7 @@ help:
 	@echo "make test    the whole test suite, its tiers side by side (TEST_JOBS=N at once), each on its own stack under .run/test*"
 	@echo "make test-under-load  the same beside one CPU-bound process per core (LOAD_PROCS=N)"
 	@echo "make test-unit  the unit tier alone (no server)"
+	@echo "make lint   ruff (pyproject.toml [tool.ruff]) and the import layers (lint-imports); the unit tier runs both too"
 	@echo "make test-matrix SLURM=26.05  one release's end-to-end, reliability and security tiers"
 	@echo "make bench   time recovery (failure line -> running again) against plain Slurm requeue"
 	@echo "make bench-restart  the same on every Slurm release, with the default batch_sched_delay and with 0 (about 25 min)"
@@ -89,6 +90,9 @@ reliability:
 
 test-unit: setup
 	@$(PY) -m pytest tests/unit
+
+lint: setup
+	@.venv/bin/ruff check libs services tests scripts bench examples && .venv/bin/lint-imports
 
 bench: setup
 	@$(STACK) bash scripts/stack.sh up

@@ -13,7 +13,6 @@ import copy
 import importlib.resources
 import json
 import re
-import re
 
 import jsonschema
 import pytest

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import pytest
 from faults import record_hosts
 from partition import Partitionable
-from slurmjobs import REPO, job_fields, ledger, stack, wait_until
+from slurmjobs import job_fields, ledger, stack, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,6 @@ refuses it everything else (tests/e2e/test_custom_consumer.py runs the page's pr
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import os

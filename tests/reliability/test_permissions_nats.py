@@ -177,7 +177,7 @@ async def test_the_actuator_consumes_and_acks_advice(server):
     task = asyncio.create_task(consume(actuator, consumers.ACTUATOR_ADVICE, handle, stop))
     try:
         await decider.publish(subjects.advice(CLUSTER, "777"), advice("777"), msg_id="perm-consume-777")
-        while (body := await asyncio.wait_for(got.get(), 15)).job_id != "777":
+        while (await asyncio.wait_for(got.get(), 15)).job_id != "777":
             pass
         # Newest Advice of the job, as the actuator reads it before acting.
         last = await actuator.js.get_last_msg(subjects.ADVICE.name, subjects.advice(CLUSTER, "777"))

@@ -139,7 +139,7 @@ async def test_start_now_waits_from_the_second_that_revoked_the_credentials(memo
     # The handler reads the clock again: start early in a second, so that the requeue's second is still
     # the current one when it decides (a second boundary in between made the RUNNING case flaky under load).
     await asyncio.sleep(1.02 - dt.datetime.now(dt.UTC).microsecond / 1e6)
-    (bus, streams), now = memory, dt.datetime.now(dt.UTC)
+    (bus, _streams), now = memory, dt.datetime.now(dt.UTC)
     ended = now - dt.timedelta(seconds=3) if was == "FAILED" else None
     slurm = RequeueingSlurm(Observed(exists=True, state=was, restarts=0, ended=ended, exit_code="1:0"), now)
     advice = Advice(cluster="c", job_id="7", attempt=0, generation=1, operation="restart", reason="r",

@@ -24,7 +24,7 @@ def test_permits_follows_the_owner_group_other_classes():
     assert permits(Entry(stat.S_IFREG | 0o600, 1000, 1000), alice, READ)
     assert not permits(Entry(stat.S_IFREG | 0o600, 0, 0), alice, READ)
     assert permits(Entry(stat.S_IFREG | 0o640, 0, 50), alice, READ)  # through a secondary group
-    assert not permits(Entry(stat.S_IFREG | 0o604, 1000, 0), Owner(1000, frozenset()), READ) is False
+    assert permits(Entry(stat.S_IFREG | 0o604, 1000, 0), Owner(1000, frozenset()), READ) is not False
     # the owner class decides for the owner, even when 'other' would allow more
     assert not permits(Entry(stat.S_IFREG | 0o044, 1000, 0), alice, READ)
     assert permits(Entry(stat.S_IFDIR | 0o711, 0, 0), alice, SEARCH)

@@ -18,7 +18,6 @@ import pytest
 from relaunch.common.diagnosis import scan_engines
 from relaunch.common.diagnosis.blocks import MAX_LINE_BYTES, iter_byte_blocks, iter_text_blocks
 from relaunch.common.diagnosis.byte_patterns import FOLDS_TO_ASCII, superset_source
-from relaunch.common.diagnosis.classifying import classify
 from relaunch.common.diagnosis.signatures import MAX_LINE, builtin_catalogue, parse_catalogue
 from relaunch.common.diagnosis.offline import classify_stream, load_scanner
 

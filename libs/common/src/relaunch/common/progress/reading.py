@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from ..diagnosis.blocks import iter_text_blocks
 from . import divergence, rhythm
-from .parsing import CheckpointMark, OverflowMark, ProgressPoint, parse_line
+from .parsing import CheckpointMark, OverflowMark, parse_line
 
 WINDOW = 100
 """Step intervals kept for the hang timeout (the detector's default window)."""

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 

@@ -13,7 +13,6 @@ one outside the allowed roots, is refused (domain/file_access.py; docs/security.
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 import time
