@@ -186,3 +186,18 @@ def test_the_goodput_page_defines_every_part_fact_and_gauge():
     for gauge in (metrics.FLEET_ETTR, metrics.FLEET_LOST, metrics.FLEET_MTTR, metrics.FLEET_FAILURE_RATE,
                   metrics.FLEET_FAILURES):
         assert gauge._name in page, gauge._name
+
+
+def test_thousands_of_saves_are_read_quickly_and_alike():
+    import time
+
+    facts = [Fact(0, "first_step", 1, t(0))]
+    for i in range(1, 3001):  # a save every 100 steps, only its start seen (HF without rotation)
+        facts.append(Fact(0, "save_started", 100 * i, t(100 * i)))
+    facts.append(Fact(0, "last_progress", 300_050, t(300_050)))
+    began = time.perf_counter()
+    saves = completed_saves(facts)
+    assert time.perf_counter() - began < 0.5
+    assert len(saves) == 3000 and saves[-1].step == 300_000
+    assert len(completed_saves(facts[:-1])) == 2999  # the last one: nothing after it shows it written
+    assert len(completed_saves(facts[:-1], {0: 300_001})) == 3000

@@ -22,12 +22,15 @@ counts for another; the same facts always give the same figures (the order they 
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 PARTS = ("recomputation", "detection", "recovery", "startup", "warmup")
 """The parts of a failure's lost time, in the order they happen."""
+_LATER = ("last_progress", "saved", "save_started", "caught_up")
+"""Facts whose step, later in the attempt than a save's start, shows the save was written."""
 FACT_KINDS = ("save_started", "saved", "first_step", "last_progress", "caught_up", "loaded")
 
 
@@ -145,15 +148,23 @@ def completed_saves(facts: Iterable[Fact], failed_steps: Mapping[int, int | None
             key = (f.attempt, f.step)
             if key not in saves or f.at < saves[key].at:
                 saves[key] = Save(f.attempt, f.step, f.at)
+    # Per attempt, the highest step any fact at or after a time names (a suffix maximum over its facts in
+    # time order): a job saving every few minutes for weeks has thousands of facts, read at each decision.
+    timeline: dict[int, tuple[list[dt.datetime], list[int]]] = {}
+    for g in sorted((g for g in facts if g.step is not None and g.kind in _LATER), key=lambda g: g.at):
+        times, steps = timeline.setdefault(g.attempt, ([], []))
+        times.append(g.at)
+        steps.append(g.step)
+    for times, steps in timeline.values():
+        for i in range(len(steps) - 2, -1, -1):
+            steps[i] = max(steps[i], steps[i + 1])
     for f in facts:
         if f.kind != "save_started" or f.step is None or (f.attempt, f.step) in saves:
             continue
-        later = [g.step for g in facts if g.attempt == f.attempt and g.step is not None and g.at >= f.at
-                 and g.kind in ("last_progress", "saved", "save_started", "caught_up")]
         failed = failed_steps.get(f.attempt)
-        if failed is not None:
-            later.append(failed)
-        if any(s > f.step for s in later):
+        times, steps = timeline.get(f.attempt, ([], []))
+        i = bisect.bisect_left(times, f.at)
+        if (failed is not None and failed > f.step) or (i < len(steps) and steps[i] > f.step):
             saves[(f.attempt, f.step)] = Save(f.attempt, f.step, f.at)
     return tuple(sorted(saves.values(), key=lambda s: (s.at, s.attempt, s.step)))
 
