@@ -26,19 +26,31 @@ def sbatch(env: dict, script: str, comment: str, *args: str, **job_env: str) -> 
     return out.stdout.strip().split(";")[0]
 
 
+_LAST_SEEN: dict[str, dict[str, str]] = {}
+"""The last `job_fields` read of each job (its main fields), so that a wait that runs out says what it saw."""
+BRIEF = ("JobState", "Reason", "Restarts", "NodeList", "ExcNodeList", "ExitCode")
+
+
 def job_fields(job_id: str) -> dict[str, str]:
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], check=True, capture_output=True, text=True)
-    return parse_scontrol_line(out.stdout)
+    fields = parse_scontrol_line(out.stdout)
+    _LAST_SEEN[job_id] = {k: fields[k] for k in BRIEF if k in fields}
+    return fields
 
 
 def wait_until(what, predicate, timeout=60.0):
+    """Poll `predicate` until it gives something true; a wait that runs out says what it waited for and the last
+    state of each job the predicate read meanwhile (issue 38: a failure read from CI's tail must say what it saw)."""
     end = time.monotonic() + timeout
+    _LAST_SEEN.clear()
     while time.monotonic() < end:
         value = predicate()
         if value:
             return value
         time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    seen = "; ".join(f"job {job}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+                     for job, fields in _LAST_SEEN.items())
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last seen: {seen})" if seen else ""))
 
 
 def ledger(job_id: str) -> dict:
