@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from relaunch.common.verdicts import Action, FaultDomain  # noqa: F401 - re-exported
 
@@ -32,8 +32,11 @@ def _job_id(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(validate_name)]
-JobId = Annotated[str, AfterValidator(_job_id)]
+# The validators' rules, also said in the JSON schemas (the API's OpenAPI, docs/asyncapi.yaml), so that a client
+# generated from them knows what a name or a job id may hold.
+Name = Annotated[str, AfterValidator(validate_name),
+                 WithJsonSchema({"type": "string", "pattern": _TOKEN.pattern, "minLength": 1, "maxLength": 64})]
+JobId = Annotated[str, AfterValidator(_job_id), WithJsonSchema({"type": "string", "pattern": _JOB_ID.pattern})]
 
 Operation = Literal["restart", "terminate"]
 ReconcileState = Literal["PENDING", "CONVERGED", "ABANDONED"]
