@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from faststream import BaseMiddleware
 from nats.aio.msg import Msg
@@ -28,8 +28,16 @@ from .errors import PermanentError, TemporaryError
 from .lanes import KeyedLanes, Turn
 
 if TYPE_CHECKING:
-    from .connection import Bus
     from .consumers import Consumer
+
+
+class Bus(Protocol):
+    """What settling a message needs of the connection (connection.Bus fills it; named here, not imported, so
+    that connection.py, which installs this module's middleware, and this module sit on two floors)."""
+
+    service: str
+
+    async def dead_letter(self, subject: str, reason: str, data: bytes, msg_id: str | None) -> None: ...
 
 log = logging.getLogger(__name__)
 
