@@ -58,8 +58,6 @@ KNOWN_CLASSIFIER_MISSES = {
     "n172": "classified slurm_cancelled (scheduler, stop); the label says restart (slurm_preemption)",
     "n179": "nothing found; the label says no_retry (user_code_error)",
     "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
-    "n189": "classified gpu_lost (infrastructure, restart_excluding), but the culprit host nid004069 is not among "
-        "the nodes it names",
     "n222": "classified segfault (unknown, restart) without a host: the log is one srun line naming cn125; that the "
         "node is flaky is the admins' finding, not something the line shows",
 }

@@ -11,6 +11,12 @@ Invariants:
   names every rank and node seen with it;
 - an application-class XID that several processes hit on one GPU is escalated to its class's
   `escalate_to` (a GPU that keeps faulting is a bad GPU, whatever the program);
+- a failure whose own lines name no host and no address, and that blames a host (its action is
+  restart_excluding; never an application error), is placed by the launchers' reports printed at or
+  after its first line (`places` signatures: torchrun's error summary, srun's task lines, Cray MPICH's
+  error prefix): the host of the failure's own ranks, else the one host those reports name, else none
+  (docs/log-ingest.md, "Which host a line blames"). Only these few matches are looked at, never the
+  log's other lines;
 - memory is bounded whatever the number of matched lines (counts, capped sets and evidence).
 """
 
@@ -28,6 +34,8 @@ EVIDENCE_CHARS = 500
 """An evidence line is cut here: it is read by a person (the head of a line says what it is)."""
 _NODES_MAX = 256
 _RANKS_MAX = 4096
+_PLACES_MAX = 256
+"""Launchers' reports of where ranks ran that are kept (the first ones: a summary follows its failure)."""
 
 
 @dataclass(frozen=True)
@@ -123,11 +131,42 @@ def readable(text: str) -> str:
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
+class _Place:
+    """One launcher report of where ranks ran: its line, its hosts and the ranks it names."""
+
+    __slots__ = ("match", "nodes", "ranks")
+
+    def __init__(self, match: Match) -> None:
+        self.match, self.nodes, self.ranks = match, match.nodes, set(match.ranks)
+
+
+def _placed(places: list[_Place], first: int, ranks: Iterable[int]) -> tuple[tuple[str, ...], list[Match]]:
+    """The hosts the reports at or after line `first` give the failure: those of reports that name one of
+    its ranks, else the only host the reports name; with the report lines that say so."""
+    after = [p for p in places if p.match.index >= first and p.nodes]
+    wanted = set(ranks)
+    chosen = [p for p in after if p.ranks & wanted] if wanted else []
+    if not chosen and len({n for p in after for n in p.nodes}) == 1:
+        chosen = after
+    return tuple(dict.fromkeys(n for p in chosen for n in p.nodes)), [p.match for p in chosen]
+
+
 def classify(matches: Iterable[Match]) -> Classification | None:
     """The root cause among the matched lines, or None when no line explains a failure."""
     incidents: dict[tuple[str, str | None], _Incident] = {}
+    places: list[_Place] = []
+    previous: Match | None = None
     for match in matches:
         sig = match.signature
+        if sig.places and len(places) < _PLACES_MAX:
+            # torchrun's summary prints an entry's host, then its rank on the next line: a rank-only report
+            # right after a host-only one completes it.
+            if (not match.nodes and match.ranks and previous is not None and places
+                    and places[-1].match is previous and not places[-1].ranks):
+                places[-1].ranks.update(match.ranks)
+            else:
+                places.append(_Place(match))
+        previous = match
         if sig.role not in ROLE_ORDER:
             continue  # advice is never a root cause
         # Escalating XID classes are counted per GPU: repeats on one GPU, not across the machine.
@@ -148,6 +187,13 @@ def classify(matches: Iterable[Match]) -> Classification | None:
             verdicts[verdict.id] = incident
     winner = min(verdicts.values(), key=lambda i: (ROLE_ORDER[i.signature.role], i.first))
     sig = winner.signature
+    if (sig.action == "restart_excluding" and sig.fault_domain != "application" and places
+            and not winner.nodes and not winner.addresses):
+        nodes, said = _placed(places, winner.first, winner.ranks)
+        winner.nodes.update(dict.fromkeys(nodes[:_NODES_MAX]))
+        for match in said:
+            if len(winner.evidence) < EVIDENCE_MAX and all(e.index != match.index for e in winner.evidence):
+                winner.evidence.append(Evidence(match.index, readable(match.text)))
     return Classification(
         signature_id=sig.id, category=sig.category, fault_domain=sig.fault_domain, action=sig.action,
         role=sig.role, cascade=sig.cascade, summary=sig.summary, nodes=tuple(winner.nodes),

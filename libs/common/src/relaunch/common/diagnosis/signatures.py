@@ -28,18 +28,20 @@ from .pattern_analysis import backtracking_risk, required_literals
 MAX_LINE = 8192
 """Only the first MAX_LINE characters of a line are matched: bounded time on 10 MB lines."""
 
-ROLES = ("decisive", "cause", "symptom", "teardown", "advice")
+ROLES = ("decisive", "cause", "symptom", "teardown", "advice", "where")
 """How a matched line competes to be the root cause (classifying.py): a decisive line (a hardware
 fault, a host OOM kill, a node failure) explains everything printed around it; causes are initiating
 errors; symptoms are what victims print (collective timeouts, peers gone); teardown is what launchers
-print while stopping; advice (framework hints, warnings) is never a root cause."""
+print while stopping; advice (framework hints, warnings) is never a root cause; a `where` line (a
+launcher's report of the host a rank ran on) is never a root cause either, but says where a failure
+printed without a host happened (classifying.py, `places`)."""
 
 GROUPS = frozenset({"node", "rank", "xid", "gpu", "pid"})
 """Named groups a pattern may use: culprit node, global rank, XID code, GPU bus id, process id."""
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _SIGNATURE_KEYS = ({"id", "pattern", "category", "fault_domain", "action", "cascade", "summary"},
-                   {"role", "examples"})
+                   {"role", "examples", "places"})
 _XID_KEYS = ({"id", "codes", "category", "fault_domain", "action", "cascade", "summary"},
              {"role", "escalate_to", "escalate_after"})
 _LOCATOR_KEYS = ({"id", "pattern"}, {"examples"})
@@ -69,6 +71,10 @@ class Signature:
     escalate_after: int = 0
     """XID classes: seen from this many distinct processes on one GPU, the finding becomes escalate_to
     (an application-class XID that keeps coming back on the same GPU is the GPU's fault)."""
+    places: bool = False
+    """The hosts a matched line names are where the tasks or ranks it names ran (a launcher's report:
+    srun's `srun: error: node4: task 3: ...`, torchrun's error summary): what names the culprit of a
+    failure printed without its host (classifying.py). True for every `where` signature."""
 
 
 @dataclass(frozen=True)
@@ -189,8 +195,13 @@ def _signature(raw: dict, where: str) -> Signature:
     _check_keys(raw, _SIGNATURE_KEYS, where)
     verdict = _verdict(raw, where)
     pattern = _compile(raw, where)
+    places = raw.get("places", False) is True or verdict["role"] == "where"
+    if "places" in raw and not isinstance(raw["places"], bool):
+        raise CatalogueError(f"{where}: places must be true or false")
+    if verdict["role"] == "where" and not {"node", "rank"} & set(pattern.groupindex):
+        raise CatalogueError(f"{where}: a `where` pattern needs a `node` or `rank` group")
     return Signature(pattern=pattern, keywords=required_literals(pattern.pattern),
-                     examples=tuple(raw.get("examples", [])), **verdict)
+                     examples=tuple(raw.get("examples", [])), places=places, **verdict)
 
 
 def _locator(raw: dict, where: str) -> Locator:
