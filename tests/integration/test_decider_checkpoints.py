@@ -166,3 +166,18 @@ async def test_the_detector_publishes_facts_on_the_bus_and_the_decider_keeps_the
     for f in facts + facts:  # and every redelivery
         await decider.on_checkpoint(f, DELIVERY)
     assert await ledger.pool.fetchval("SELECT count(*) FROM checkpoint_facts WHERE cluster=$1", cluster) == 7
+
+
+async def test_the_ledger_notes_whether_the_successor_resumed_from_the_expected_checkpoint(ledger, unique):
+    cluster = f"c{unique}"
+    decider = Decider(ledger, OutboxPublisher(None, ledger))
+    await decider.on_job(observed(cluster), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 0, "saved", 1000), DELIVERY)
+    await decider.on_anomaly(crash(cluster, 0, 1300), DELIVERY)
+    await decider.on_job(observed(cluster, restarts=1), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 1, "loaded", 1000), DELIVERY)
+    await decider.on_checkpoint(fact(cluster, 1, "first_step", 3), DELIVERY)  # noted once: the load came first
+    (row,) = await ledger.pool.fetch("SELECT detail FROM audit WHERE cluster=$1 AND action='resumed'", cluster)
+    detail = json.loads(row["detail"])
+    assert detail["as_expected"] is True and detail["by"] == "loaded" and detail["expected_step"] == 1000
+    assert "resumed from the checkpoint expected (step 1000" in detail["reason"]

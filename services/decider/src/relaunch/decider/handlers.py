@@ -24,7 +24,7 @@ from relaunch.common.goodput import Save, completed_saves
 
 from .adapters import checkpoint_store, hang_evidence_store
 from .adapters.ledger import FINAL_STATES, JobTx, Ledger
-from .domain import attribution, hang_verdicts, reputation
+from .domain import attribution, hang_verdicts, reputation, resumes
 from .domain.attribution import Suspect
 from .domain.history import History
 from .domain.policy import Decision, Policy, decide
@@ -122,6 +122,20 @@ class Decider:
 
     async def on_checkpoint(self, fact: CheckpointFact, delivery: Delivery) -> None:
         await checkpoint_store.record(self.ledger.pool, fact)
+        if fact.attempt >= 1 and fact.kind in ("loaded", "first_step"):
+            await self._note_resume(fact)
+
+    async def _note_resume(self, fact: CheckpointFact) -> None:
+        """The ledger's note of whether a restarted attempt resumed from the checkpoint its restart Advice
+        expected (audit `resumed`, once per attempt: its first fact that says where it began)."""
+        expected = await checkpoint_store.expected_resume(self.ledger.pool, fact.cluster, fact.job_id,
+                                                          fact.attempt - 1)
+        detail = resumes.resumed(fact, expected) if expected is not None else None
+        if detail is not None:
+            await self.ledger.record_audit(AuditEntry(
+                cluster=fact.cluster, job_id=fact.job_id, service="decider", action="resumed",
+                detail=resumes.detail_text(detail), at=fact.at,
+                idempotency_key=f"decider.resumed.{fact.cluster}.{fact.job_id}.{fact.attempt}"))
 
     async def _decide_batch(self, batch: list[tuple[Pending, asyncio.Future[Advice | None]]]) -> None:
         """Decide a batch of anomalies, a job's first in one transaction (`_decide_round`), a second of

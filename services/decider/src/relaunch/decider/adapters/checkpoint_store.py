@@ -20,6 +20,18 @@ async def record(pool: asyncpg.Pool, fact: CheckpointFact) -> None:
             fact.cluster, fact.job_id, fact.attempt, fact.kind, fact.step, fact.at, fact.source, fact.preset)
 
 
+async def expected_resume(pool: asyncpg.Pool, cluster: str, job_id: str, attempt: int) -> int | None:
+    """The checkpoint step the restart decision on `attempt` expected its successor to resume from (its
+    audit entry's resume_step), None when there is none."""
+    with postgres_outage():
+        value = await pool.fetchval(
+            """SELECT (detail::jsonb ->> 'resume_step')::bigint FROM audit
+               WHERE cluster = $1 AND job_id = $2 AND service = 'decider' AND action = 'restart'
+                 AND detail::jsonb ->> 'attempt' = $3 AND detail::jsonb ? 'resume_step'
+               ORDER BY id DESC LIMIT 1""", cluster, job_id, str(attempt))
+    return value
+
+
 async def of_jobs(pool: asyncpg.Pool, jobs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[Fact, ...]]:
     """(cluster, job_id) -> the job's facts, oldest first, for a batch of jobs in one query."""
     out: dict[tuple[str, str], list[Fact]] = {job: [] for job in jobs}
