@@ -77,7 +77,7 @@ def test_the_compose_demo_asks_for_fake_by_name_and_confirms_it(node):
 
 
 def test_the_local_stack_asks_for_fake_by_name_and_confirms_it_and_injects_as_operator():
-    stack = (REPO / "scripts" / "stack.sh").read_text()
+    stack = "".join(p.read_text() for p in [REPO / "scripts" / "stack.sh", *sorted((REPO / "scripts" / "stack").glob("*.sh"))])
     start = re.search(r"RELAUNCH_PROBE_BACKEND=fake RELAUNCH_PROBE_ALLOW_FAKE=1 \\\n\s+start_service \"gpu-probe-", stack)
     assert start, "scripts/stack.sh starts each probe with the fake backend, named and confirmed"
     assert "export RELAUNCH_INJECT_NATS_PASSWORD_FILE=$RUN/creds/operator.pass" in stack

@@ -98,7 +98,7 @@ def test_the_declaration_is_read_from_the_settings(monkeypatch):
 
 
 def test_make_up_and_the_compose_demo_declare_the_pages_example():
-    stack = re.search(r"^EXAMPLE_CONSUMERS='(.*)'$", (REPO / "scripts" / "stack.sh").read_text(), re.M)[1]
+    stack = re.search(r"^EXAMPLE_CONSUMERS='(.*)'$", "".join(p.read_text() for p in [REPO / "scripts" / "stack.sh", *sorted((REPO / "scripts" / "stack").glob("*.sh"))]), re.M)[1]
     compose = yaml.safe_load((REPO / "deploy" / "compose" / "compose.yaml").read_text())
     in_compose = compose["services"]["nats-setup"]["environment"]["RELAUNCH_CUSTOM_CONSUMERS"]
     page = (REPO / "docs" / "custom-consumer.md").read_text()
