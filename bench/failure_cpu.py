@@ -44,7 +44,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from ingest_cpu import checkouts, worker_env  # noqa: E402 - --variant's checkouts, a worker's environment
-from load import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
+from measure import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
 
 STAGES = ("detector_log_crash", "detector_failed", "decider_anomaly", "decider_failed")
 

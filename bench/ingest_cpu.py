@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from load import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
+from measure import load_env  # noqa: E402 - the stack's RELAUNCH_* settings, as bench/load.py reads them
 
 
 def say(text: str) -> None:

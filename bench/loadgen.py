@@ -57,7 +57,7 @@ def ib_failure(cluster: str, job: Job) -> LogBatch:
 
 _PROGRESS = ('{{"schema":"relaunch.progress/v1","cluster":"{c}","job_id":"{j}","step":{s},"throughput":null,'
              '"step_time_s":1.0,"rank":null,"node":null,"at":"{at}","loss":null,"grad_norm":null,"loss_scale":null,'
-             '"skipped":null}}')
+             '"skipped":null,"key":null,"checkpoint_saved":null}}')
 
 
 def progress_body(cluster: str, job_id: str, step: int, at: str) -> bytes:
