@@ -9,6 +9,9 @@ ENDED_UNFAILED = frozenset({"COMPLETED", "CANCELLED"})
 through as_read)."""
 FINAL_STATES = FAILED_STATES | ENDED_UNFAILED
 """The attempt is over."""
+ATTEMPT_ENDED = FINAL_STATES | {"REQUEUED"}
+"""An attempt's state in the decider's ledger that says it ended (REQUEUED: the ledger's mark of an attempt Slurm
+restarted; for the job itself REQUEUED is transient)."""
 TRANSIENT_STATES = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "REQUEUED"})
 """Slurm is between two states: look again shortly."""
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from prometheus_client import Counter
 
-from relaunch.common import subjects, telemetry
+from relaunch.common import job_states, subjects, telemetry
 from relaunch.common.outcomes import Delivery
 from relaunch.common.clock import utcnow
 from relaunch.common.errors import TemporaryError
@@ -23,7 +23,7 @@ from relaunch.common.schemas import (Advice, AnomalyDetected, AuditEntry, Checkp
 from relaunch.common.goodput import Save, completed_saves
 
 from .adapters import checkpoint_store, hang_evidence_store
-from .adapters.ledger import FINAL_STATES, JobTx, Ledger
+from .adapters.ledger import JobTx, Ledger
 from .domain import attribution, hang_verdicts, reputation, resumes
 from .domain.attribution import Suspect
 from .domain.history import History
@@ -261,7 +261,7 @@ class Decider:
         # anomaly's own.
         record = history.attempt(anomaly.attempt)
         if (anomaly.source == "scheduler" and anomaly.exit_code is None
-                and (record is None or record.state not in FINAL_STATES)
+                and (record is None or record.state not in job_states.ATTEMPT_ENDED)
                 and delivery.num_delivered < WAIT_FOR_EXIT_CODE_DELIVERIES):
             raise TemporaryError("the scheduler's report of this failure is not in the ledger yet", delay=1.0)
         if (anomaly.source == "scheduler" and history.launch_verdict_pending(anomaly.attempt, now) is not None

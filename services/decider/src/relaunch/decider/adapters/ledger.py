@@ -44,8 +44,7 @@ log = logging.getLogger(__name__)
 MIGRATION_LOCK = 7_341_001
 """pg_advisory_lock key: one decider at a time applies migrations."""
 
-FINAL_STATES = job_states.FINAL_STATES | {"REQUEUED"}
-"""Attempt states that say the attempt has ended (REQUEUED: this ledger's mark of an attempt Slurm restarted)."""
+FINAL_STATES = job_states.ATTEMPT_ENDED
 
 def migrations() -> list[tuple[int, str]]:
     folder = resources.files("relaunch.decider").joinpath("migrations")
