@@ -14,7 +14,8 @@ from nats.js.api import AckPolicy, DeliverPolicy
 from pydantic import TypeAdapter, ValidationError
 
 from relaunch.common import consumers, natsauth, subjects
-from relaunch.common.custom_consumers import CustomConsumer, within
+from relaunch.common.custom_consumers import CustomConsumer
+from relaunch.common.subject_filters import within
 from relaunch.common.settings import CommonSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from . import natsauth, subjects, telemetry
+from .subject_filters import within
 from .errors import TemporaryError
 from .outcomes import OutcomeMiddleware
 from .clock import utcnow
@@ -235,15 +236,9 @@ class Bus:
 @functools.lru_cache(maxsize=4096)
 def stream_of(subject: str) -> subjects.StreamSpec:
     """The stream that stores `subject` (every subject relaunch publishes durably has one)."""
-    tokens = subject.split(".")
     for spec in subjects.STREAMS:
-        for pattern in spec.subjects:
-            want = pattern.split(".")
-            if want[-1] == ">" and len(tokens) >= len(want) and all(
-                    w in ("*", t) for w, t in zip(want[:-1], tokens, strict=False)):
-                return spec
-            if len(want) == len(tokens) and all(w in ("*", t) for w, t in zip(want, tokens, strict=True)):
-                return spec
+        if any(within(subject, pattern) for pattern in spec.subjects):
+            return spec
     raise ValueError(f"no stream stores {subject}: it cannot be published durably")
 
 

@@ -22,23 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from . import subjects
+from .subject_filters import within
 
 TOKEN = r"^[A-Za-z0-9_-]{1,64}$"
 """A NATS user name and a durable name alike: one subject token (no dots, no wildcards)."""
 STREAMS = {spec.name: spec for spec in (subjects.EVENTS, subjects.ADVICE)}
 """The streams a custom consumer may read: never SIGNALS (log lines and progress of every user's jobs)
 nor DLQ (dead letters quote the messages they hold), docs/security.md."""
-
-
-def within(subject: str, pattern: str) -> bool:
-    """True when every subject `subject` matches is matched by `pattern` too (NATS wildcards)."""
-    got, allowed = subject.split("."), pattern.split(".")
-    for i, token in enumerate(allowed):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or got[i] == ">" or (token != "*" and token != got[i]):
-            return False
-    return len(got) == len(allowed)
 
 
 class CustomConsumer(BaseModel):

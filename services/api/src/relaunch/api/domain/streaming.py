@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from relaunch.common import subjects
+from relaunch.common.subject_filters import within
 
 STREAM = subjects.EVENTS
 DEFAULT_FILTER = STREAM.subjects[0]
@@ -36,21 +37,9 @@ def check_filter(subject: str) -> str:
         raise FilterError(f"{subject!r} is not a NATS subject filter (dot-separated tokens, no spaces); {hint}")
     if any(t == ">" for t in tokens[:-1]) or any((">" in t or "*" in t) and len(t) > 1 for t in tokens):
         raise FilterError(f"{subject!r}: '>' may only be the last token and wildcards stand alone; {hint}")
-    if not any(_within(tokens, stream_filter.split(".")) for stream_filter in STREAM.subjects):
+    if not any(within(subject, stream_filter) for stream_filter in STREAM.subjects):
         raise FilterError(f"{subject!r} is outside the {STREAM.name} stream ({', '.join(STREAM.subjects)}); {hint}")
     return subject
-
-
-def _within(tokens: list[str], stream: list[str]) -> bool:
-    """Every subject `tokens` matches is also matched by `stream` (a subset test on filters)."""
-    for i, s in enumerate(stream):
-        if s == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or tokens[i] == ">":
-            return False
-        if s != "*" and tokens[i] != s:
-            return False
-    return len(tokens) == len(stream)
 
 
 def parse_last_event_id(value: str | None) -> int | None:
