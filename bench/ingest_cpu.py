@@ -107,7 +107,7 @@ async def _detector_handler(bus, redis_url: str, cluster: str, args: argparse.Na
     from relaunch.detector.adapters.progress_store import ProgressStore
     from relaunch.detector.domain import hangs, stragglers
     from relaunch.detector.main import GC_THRESHOLDS
-    from relaunch.detector.progress_history import ProgressHistory
+    from relaunch.detector.history_recorder import ProgressHistory
     from relaunch.detector.tracking import ProgressTracker
 
     gc.set_threshold(*GC_THRESHOLDS)

@@ -15,7 +15,7 @@ from relaunch.common.outcomes import Delivery
 from relaunch.common.schemas import AuditEntry
 from relaunch.notifier.adapters.webhook import Webhooks
 from relaunch.notifier.dispatch import Dispatcher
-from relaunch.notifier.routes import RoutesFileError, load_routes
+from relaunch.notifier.route_file import RoutesFileError, load_routes
 
 pytestmark = pytest.mark.integration
 T0 = dt.datetime(2026, 12, 1, 3, 0, tzinfo=dt.UTC)

@@ -33,7 +33,7 @@ class Detector:
                  grace_s: float, tracker: ProgressTracker, anomalies: AnomalyPublisher | None = None,
                  history=None) -> None:
         """`anomalies`: the publisher hangs and stragglers go through too (default: the tracker's).
-        `history`: a relaunch.detector.progress_history.ProgressHistory, or None."""
+        `history`: a relaunch.detector.history_recorder.ProgressHistory, or None."""
         self.history = history
         self.bus, self.state, self.follower = bus, state, follower
         self.catalogue, self.grace_s, self.tracker = catalogue, grace_s, tracker

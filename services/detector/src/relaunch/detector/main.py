@@ -23,10 +23,10 @@ from .adapters.hotstate import HotState
 from .anomalies import AnomalyPublisher
 from .domain import hangs, stragglers
 from .handlers import Detector
-from .lostnodes import LostNodeWatch
+from .node_watch import LostNodeWatch
 from .rebuilding import HotStateRebuilder
 from .adapters.progress_store import ProgressStore
-from .progress_history import ProgressHistory
+from .history_recorder import ProgressHistory
 from .router import router
 from .settings import DetectorSettings
 from .tracking import ProgressTracker

@@ -11,7 +11,7 @@ from relaunch.common.schemas import AnomalyDetected, CheckpointFact, LogBatch
 from relaunch.common.serving import route
 
 from .handlers import Detector
-from .lostnodes import LostNodeWatch
+from .node_watch import LostNodeWatch
 
 
 def router(detector: Detector | None = None, inbox_prefix: str = "_INBOX",

@@ -30,7 +30,7 @@ from .domain import pacing
 from .domain.notices import Notice, notices_of_audit, notices_of_dead_letter, notices_of_reconcile
 from .domain.payload import key_of, payload
 from .metrics import DIGESTS, EVENTS, POSTS
-from .routes import Route, RoutesFileError
+from .route_file import Route, RoutesFileError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from relaunch.common.service import bootstrap, run_main, run_service
 
 from .adapters.webhook import Webhooks
 from .dispatch import Dispatcher
-from .routes import RoutesFileError, load_routes
+from .route_file import RoutesFileError, load_routes
 from .settings import NotifierSettings
 
 log = logging.getLogger(__name__)
