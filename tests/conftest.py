@@ -147,7 +147,14 @@ def test_stack():
     if RUN.exists():
         _stack("down")
         shutil.rmtree(RUN)
-    _stack("infra-up")
+    try:
+        _stack("infra-up")
+    except StackFailed:
+        try:  # what did start (NATS, Redis, Postgres, munged...) must not outlive the failed session
+            _stack("down")
+        except StackFailed:
+            pass
+        raise
     env = _read_env(RUN / "env")
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
