@@ -15,7 +15,7 @@ from pathlib import Path
 from relaunch.common import consumers
 from relaunch.common.connection import Bus
 from relaunch.common.health import answered_within
-from relaunch.common.periodic import every
+from relaunch.common.periodic import every, warn_on
 from relaunch.common.serving import consume
 from relaunch.common.service import bootstrap, run_main, run_service
 
@@ -64,7 +64,8 @@ async def amain() -> None:
             elif lease.is_leader and now - slurm_seen[0] > settings.slurm_lost_s:
                 await lease.step_down(settings.step_down_s,
                                       f"slurmctld has not answered for {now - slurm_seen[0]:.0f} s")
-        await every(2, check, stop)
+        # A check that fails unexpectedly is logged and counts as no answer; it never ends the actuator.
+        await every(2, check, stop, on_error=warn_on(log, "Slurm reachability check failed: %s", kinds=(Exception,)))
 
     def tasks(stop: asyncio.Event):
         return [

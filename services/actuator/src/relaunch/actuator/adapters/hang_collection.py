@@ -8,6 +8,7 @@ own steps are untouched: --overlap shares their resources, it does not take them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -28,7 +29,8 @@ async def _one(job_id: str, node: str, python: str, pyspy: str, timeout_s: float
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout_s)
     except TimeoutError:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):  # it may have ended in the meantime
+            proc.kill()
         await proc.wait()
         return node, None, f"no answer within {timeout_s:.0f} s"
     if proc.returncode != 0:

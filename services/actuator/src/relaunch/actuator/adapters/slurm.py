@@ -7,6 +7,7 @@ Failures are mapped once: a timeout or an unreachable controller is temporary (r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -81,7 +82,10 @@ class Slurm:
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout=self.timeout_s)
         except TimeoutError as exc:
-            proc.kill()
+            # It may have ended in the meantime (seen: the actuator stopped with SIGSTOP past the timeout, its
+            # command done and reaped when it went on): killing a process that is gone is no error.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             await proc.wait()
             raise TemporaryError(f"{' '.join(argv[:2])} timed out after {self.timeout_s}s", delay=2.0) from exc
         finally:
