@@ -161,3 +161,51 @@ async def test_the_documented_consumer_gives_up_on_what_it_cannot_read(example):
     msg = Msg(b'{"schema": "relaunch.something_new/v9"}')
     got, seen = await post_with(example, 200, msg)
     assert (got, msg.outcome, seen) == ("skipped", ("term",), [])
+
+
+async def test_the_documented_nats_py_consumer_waits_on_through_either_kind_of_empty_fetch(example, monkeypatch):
+    """nats-py 2.16's fetch() raises nats.errors.TimeoutError when nothing came, and on one path (its second,
+    lingering pull request with no time left) a bare asyncio.TimeoutError: the page's loop must take both
+    as "nothing new" and go on, not end the consumer (it caught only the first once)."""
+    import asyncio
+
+    import nats.errors
+
+    stop = asyncio.Event()
+    raised = [nats.errors.TimeoutError(), asyncio.TimeoutError()]
+    delivered = Msg(advice_bytes())
+
+    class Sub:
+        async def fetch(self, batch, timeout):
+            if raised:
+                raise raised.pop(0)
+            stop.set()
+            return [delivered]
+
+    class Conn:
+        def jetstream(self):
+            return SimpleNamespace(pull_subscribe_bind=self.bind)
+
+        async def bind(self, *args, **kwargs):
+            return Sub()
+
+        async def flush(self):
+            pass
+
+        async def close(self):
+            pass
+
+    async def connect():
+        return Conn()
+
+    monkeypatch.setattr(example.client, "connect", connect)
+    monkeypatch.setattr(example.client, "pull_inbox", lambda: "_INBOX.test")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200)
+
+    real_client = httpx.AsyncClient
+    monkeypatch.setattr(example.httpx, "AsyncClient",
+                        lambda **kw: real_client(transport=httpx.MockTransport(answer)))
+    await asyncio.wait_for(example.forward("https://hooks.example.org/relaunch", stop), 5)
+    assert raised == [] and delivered.outcome == ("ack",)
