@@ -166,3 +166,21 @@ def test_many_ranks_with_the_same_error_are_one_incident_across_nodes():
              for n in (1, 2) for r in range(4)]
     found = root(*lines)
     assert found.signature_id == "cuda_oom" and found.nodes == ("node1", "node2") and found.lines == 8
+
+
+WRITE_FAILED = ("RuntimeError: [enforce fail at inline_container.cc:857] . PytorchStreamWriter failed writing file "
+                "data/322: file write failed")
+
+
+def test_a_failed_checkpoint_write_is_restarted_unless_an_errno_says_the_disk_is_full():
+    # torch.save's short write names no errno: a full disk and a filesystem that failed one write read the same
+    alone = root(WRITE_FAILED)
+    assert alone.signature_id == "checkpoint_write_failed" and alone.action == "restart" and alone.cascade
+    full = root(WRITE_FAILED, "OSError: [Errno 28] No space left on device")
+    assert full.signature_id == "fs_no_space" and full.action == "stop"
+
+
+def test_a_jax_exception_behind_its_traceback_wrapper_is_the_programs_error():
+    found = root("jax._src.traceback_util.UnfilteredStackTrace: jax._src.errors.ConcretizationTypeError: Abstract "
+                 "tracer value encountered where concrete value is expected: Traced<ShapedArray(bool[])>")
+    assert found.fault_domain == "application" and found.action == "stop"

@@ -49,6 +49,7 @@ PREFIXES = {
     "vLLM logger": "ERROR 03-05 00:25:45 [core.py:1094] ",
     "pdsh host name": "worker-1: ",
     "pdsh host address": "192.168.0.6: ",
+    "JAX traceback wrapper": "jax._src.traceback_util.UnfilteredStackTrace: ",
 }
 # The stacks real launchers make: srun around torchrun, torchrun's --tee under srun, a logger in a container.
 STACKS = ["15: [rank15]: ", "0: [default3]:", "(RayTrainWorker pid=1234, ip=10.0.0.5) [rank2]: ",

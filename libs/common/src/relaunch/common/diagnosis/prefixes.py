@@ -60,6 +60,9 @@ _LAYER = re.compile("|".join((
     r"\[[\w.-]{1,80}\.py:\d{1,6}(?::[\w<>.]{1,80})?\] ?",  # `[logging.py:96:log_dist] ` (DeepSpeed)
     r"[\w.<>-]{1,100}+:[\w<>.]{1,100}+:\d{1,6} - ",  # loguru's `module:function:12 - `
     r"[\w.-]{1,64}+ {1,30}\| ",  # docker compose: `trainer-1  | `
+    # JAX's traceback filtering re-raises the program's exception behind a wrapper class of its own, on the
+    # same line: `jax._src.traceback_util.UnfilteredStackTrace: jax._src.errors.ConcretizationTypeError: ...`
+    r"(?:[a-z_][\w.]{0,60}\.)?(?:Unfiltered|Filtered)StackTrace: ",
     r"[-|] ",  # what is left of a separator between the parts above
 )))
 _QUIET = frozenset({"DEBUG", "INFO", "NOTICE", "WARNING", "WARN", "TRACE", "I", "W"})
