@@ -60,6 +60,8 @@ KNOWN_CLASSIFIER_MISSES = {
     "n185": "classified gpu_lost (infrastructure, restart_excluding); the label says no_retry (gpu_unavailable)",
     "n222": "classified segfault (unknown, restart) without a host: the log is one srun line naming cn125; that the "
         "node is flaky is the admins' finding, not something the line shows",
+    "n369": "classified ecc_error (hardware, restart_excluding) without a host: the two lines name no node; the CI "
+        "sweep that found atl1-1-03-007-31-0 is the PR's finding, not something the lines show",
 }
 
 

@@ -172,6 +172,29 @@ FAILURES = [
     ("Exception: expected value at line 1 column 1\n"
      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 24024)",
      "input_json_parse_error", "application", "stop"),
+    # Slurm could not reach a node's slurmd, create the step in its allocation, or run the step's command
+    ("srun: error: slurm_receive_msgs: [[gpu-7.cluster]:6818] failed: Socket timed out on send/recv operation\n"
+     "srun: error: Application launch failed: Socket timed out on send/recv operation\nsrun: Job step aborted",
+     "slurm_rpc_failed", "infrastructure", "restart"),
+    ("srun: Job 77 step creation temporarily disabled, retrying (Requested nodes are busy)\n"
+     "srun: error: Unable to create step for job 77: Requested node configuration is not available",
+     "slurm_step_create_failed", "scheduler", "restart"),
+    ("slurmstepd: error: execve(): accelerate: No such file or directory\nsrun: error: gpu-3: task 0: Exited with exit code 2",
+     "slurm_exec_failed", "infrastructure", "stop"),
+    # submitit names the signal Slurm sent: a preemption or the time limit, then it requeues the job
+    ("submitit WARNING (2024-03-01 10:00:00,000) - Caught signal SIGUSR2 on gpu-3: this job is preempted.\n"
+     "srun: error: gpu-3: tasks 0-3: Exited with exit code 1", "slurm_preempted", "scheduler", "restart"),
+    ("submitit WARNING (2024-03-01 10:00:00,000) - Caught signal SIGUSR2 on gpu-3: this job is timed-out.",
+     "slurm_time_limit", "scheduler", "restart"),
+    # the raylet's own words when the GCS declared its node dead
+    ("[2024-03-01 10:00:00,000 C 88 88] node_manager.cc:1020: [Timeout] Exiting because this node manager has "
+     "mistakenly been marked as dead by the GCS: GCS failed to check the health of this node for 5 times.",
+     "ray_node_dead", "infrastructure", "restart"),
+    # THC's (torch7, early PyTorch) words for CUDA errors
+    ("RuntimeError: cuda runtime error (30) : unknown error at /pytorch/aten/src/THC/THCGeneral.cpp:70",
+     "cuda_unknown_error", "infrastructure", "restart"),
+    ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:58",
+     "cuda_oom", "application", "stop"),
 ]
 
 HEALTHY = [
@@ -215,6 +238,11 @@ srun: job 123456 has been allocated resources""",
   warnings.warn(
 wandb: ERROR Error while calling W&B API: context deadline exceeded (<Response [500]>)
 NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to activate.""",
+    """node4:3111:3111 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_open_device failed
+node4:3111:3111 [0] transport/net_ib.cc:160 NCCL WARN NET/IB : Unable to open device mlx5_3
+node4:3111:3111 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.1.0.4<0>
+node4:3111:3111 [0] NCCL INFO Using network IB
+slurmstepd-node4: error: couldn't chdir to `/home/u/run3': No such file or directory: going to /tmp instead""",
 ]
 
 

@@ -96,8 +96,7 @@ def test_the_scheduler_fallback_never_takes_a_preemption_for_a_users_cancel(stat
 @pytest.mark.parametrize("line, node", [
     ("slurmstepd-node3: error: execve(): /var/spool/slurmd/job01234/slurm_script: No such file or directory", "node3"),
     ("0: slurmstepd-node3: error: execve(): /var/spool/slurmd/job01234/slurm_script: Permission denied", "node3"),
-    ("slurmstepd-node3: error: couldn't chdir to `/scratch/u/run': No such file or directory: going to /tmp instead",
-     "node3"),
+    ("slurmstepd-node3: error: couldn't chdir to /tmp either. dying", "node3"),
     ("slurmstepd-node3: error: StepId=1234.extern prolog failed status=1:0", "node3"),
     ("salloc: Prolog failure on node node3", "node3"),
     ("slurmstepd: error: couldn't chdir to `/scratch/u/run': Transport endpoint is not connected", None),
@@ -111,6 +110,15 @@ def test_slurmstepds_set_up_errors_point_at_the_node_that_printed_them(line, nod
         assert found.nodes == () and decision.exclude_nodes == ()
     else:
         assert found.nodes == (node,) and decision.exclude_nodes == (node,)
+
+
+def test_a_working_directory_slurmstepd_replaced_with_tmp_is_a_warning_not_a_failure():
+    # slurmstepd goes on in /tmp (a run in that state completed: tests/corpus n349); what the program then
+    # cannot find it reports itself
+    line = "slurmstepd-node3: error: couldn't chdir to `/scratch/u/run': No such file or directory: going to /tmp instead"
+    assert verdict([line]) == (None, None)
+    found, _ = verdict([line, "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.bin'"])
+    assert found.signature_id == "python_application_error"
 
 
 def test_a_tmpdir_error_is_the_nodes_but_explains_a_failure_only_when_nothing_else_does():
