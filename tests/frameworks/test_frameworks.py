@@ -79,6 +79,15 @@ CASES = [
     Case("ddp 2 nodes, node2's processes killed", "ddp2", "30", R + ",max_attempts=2",
          env={"FAULT": "node", "FAULT_STEP": "10", "FAULT_NODE": "1"}, sbatch=("-N", "2", "-c", "1"),
          kind="crash", signature="srun_task_killed", decision="restart", exclude=("second",)),
+    # issue 36: an application error behind the real launchers' stacked prefixes ("1: [default0]:[rank2]: ")
+    # is an application error (stop), never an unexplained FAILED that is restarted; a rank's kill behind
+    # them is still restarted
+    Case("ddp2 under srun -l and torchrun --tee, a rank's shape error", "ddp2l", "30", R,
+         env={"FAULT": "shape", "FAULT_STEP": "3", "FW_NPROC": "2"}, sbatch=("-N", "2", "--ntasks-per-node", "1", "-c", "1"),
+         kind="crash", signature="tensor_shape_error", decision="stop", state="FAILED"),
+    Case("ddp2 under srun -l and torchrun --tee, a rank SIGKILLed", "ddp2l", "30", R + ",max_attempts=2",
+         env={"FAULT": "kill", "FAULT_STEP": "5", "FAULT_RANK": "1"}, sbatch=("-N", "2", "-c", "1"),
+         kind="crash", decision="restart"),
     # a job that outlives its time limit (it stops stepping at step 5 and waits; hang_timeout=600 keeps
     # the hang watch from ending it first)
     Case("lightning time limit", "lightning", "40 --plain", "relaunch:max_attempts=1,hang_timeout=600",

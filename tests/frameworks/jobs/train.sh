@@ -2,7 +2,8 @@
 # One real training of the real-framework tier (tests/frameworks), as a Slurm batch job.
 #   FW_PY        the tier's venv's python (scripts/frameworks-venv.sh)
 #   FW_SCRIPTS   tests/frameworks/scripts;  FW_LIBS: relaunch's libs/*/src, for relaunch.client
-#   FW_RUN       hf | lightning | ddp | ddp2 (torchrun on two nodes, FW_NPROC processes each, default 1)
+#   FW_RUN       hf | lightning | ddp | ddp2 (torchrun on two nodes, FW_NPROC processes each, default 1) | ddp2l
+#                (ddp2 under srun -l and torchrun --tee 3: every line behind the launchers' prefixes)
 #   FW_ARGS      the training script's arguments;  FAULT, FAULT_STEP, ...: faults.py
 #SBATCH --open-mode=append
 set -u
@@ -22,6 +23,11 @@ case "$FW_RUN" in
          "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
   ddp2) srun --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node "${FW_NPROC:-1}" --rdzv_backend c10d \
           --rdzv_endpoint "127.0.0.1:$((20000 + SLURM_JOB_ID % 10000))" --rdzv_id "$SLURM_JOB_ID" \
+          "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
+  # the same through the launchers' own line prefixes, as clusters run it: srun's task label (-l: "1: "),
+  # torchrun's local-rank tee ("[default0]:"), then torch's "[rank2]: " on each traceback line
+  ddp2l) srun -l --kill-on-bad-exit=1 "$bin/torchrun" --nnodes 2 --nproc_per_node "${FW_NPROC:-1}" --tee 3 \
+          --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$((20000 + SLURM_JOB_ID % 10000))" --rdzv_id "$SLURM_JOB_ID" \
           "$FW_SCRIPTS/ddp_train.py" $FW_ARGS ;;
 esac
 rc=$?
