@@ -155,6 +155,7 @@ def _trial(services, how: str, victim_of) -> dict:
     advice = record["advice"][0]
     row = {"fault": how, "node": victim, "job": job, "batch_host": victim == nodes[0],
            "detected_s": round(_epoch(anomaly["detected_at"]) - cut_at, 2),
+           "released_s": _released_s(record, cut_at),
            "running_again_s": round(running_at - cut_at, 2), "advice": len(record["advice"])}
     cancel(job)
     if how == "kill":
@@ -170,10 +171,21 @@ def _trial(services, how: str, victim_of) -> dict:
     return row
 
 
+def _released_s(record: dict, cut_at: float) -> float | None:
+    """Seconds from the cut to relaunch's last step on Slurm (releasing the held successor, or starting it
+    now): what follows is Slurm's (the old step's end, KillWait, a scheduler pass). Reported beside the
+    totals to tell relaunch's share of a slow trial from Slurm's on a busy machine (issue 38, item 3)."""
+    steps = [_epoch(a["at"]) for a in record.get("audit", [])
+             if a.get("service") == "actuator" and a.get("action") in ("release", "start_now")]
+    return round(max(steps) - cut_at, 2) if steps else None
+
+
 def _row(rows: list[dict]) -> dict:
     timeout = int(os.environ.get("RELAUNCH_SLURMD_TIMEOUT", "300"))
     return {"trials": len(rows), "recoveries": len(rows), "exactly_once": sum(r["advice"] == 1 for r in rows),
             "lost": 0, "slurmd_timeout_s": timeout, "detected_s": _stats([r["detected_s"] for r in rows]),
+            "released_s": _stats(released) if (released := [r["released_s"] for r in rows
+                                                           if r.get("released_s") is not None]) else None,
             "running_again_s": _stats([r["running_again_s"] for r in rows]), "rows": rows}
 
 
