@@ -61,8 +61,19 @@ def restore(env: dict, nodes: list[str], how: str = "cut") -> None:
     """Undo the fault and give the nodes back to Slurm (an operator's resume after the repair)."""
     stack(env, "heal" if how == "cut" else "thaw", *nodes)
     for node in nodes:
-        wait_until(f"{node}'s slurmd to answer again", lambda n=node: _resume(n), timeout=60)
+        wait_until(f"{node}'s slurmd to answer again", lambda n=node: _resume(n), timeout=_answer_wait_s())
         clear_node(node, f"{how} repaired")  # its exclusion is history the next trial's job must not inherit
+
+
+def _answer_wait_s() -> float:
+    """How long a repaired node may take to answer: slurmctld hears a node marked not responding again at
+    its next ping, which comes every SlurmdTimeout/3 (100 s with the default 300 s), not at once; a fixed
+    60 s ran out on a busy CI machine (issue 38, item 3). One ping interval and a half, at least 60 s."""
+    try:
+        timeout = float(_config("SlurmdTimeout").split()[0])
+    except ValueError:
+        timeout = 300.0
+    return max(60.0, 1.5 * timeout / 3)
 
 
 def _resume(node: str) -> bool:
@@ -160,7 +171,7 @@ def _trial(services, how: str, victim_of) -> dict:
     cancel(job)
     if how == "kill":
         stack(stack_env(services), "revive", victim)
-        wait_until(f"{victim}'s slurmd to answer again", lambda: _resume(victim), timeout=60)
+        wait_until(f"{victim}'s slurmd to answer again", lambda: _resume(victim), timeout=_answer_wait_s())
         clear_node(victim, "revived")
     else:
         restore(stack_env(services), [victim], how)
