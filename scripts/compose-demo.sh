@@ -63,11 +63,29 @@ stop_engine() {
   # dockerd leaves the bind mount of its default network namespace in the exec root when it stops.
   if mountpoint -q "$RUN/exec/netns/default" 2>/dev/null; then umount "$RUN/exec/netns/default" || true; fi
 }
+explain_failure() {  # what a failed run's log must show by itself (CI keeps only this script's output)
+  if [ -s "$RUN/compose-up.log" ]; then
+    echo "--- the last lines of $RUN/compose-up.log"; tail -n 25 "$RUN/compose-up.log"
+  fi
+  echo "--- each container's state"
+  "$DOCKER" ps -a --filter "label=com.docker.compose.project=$PROJECT" \
+    --format '{{.Names}}\t{{.Status}}' | sort
+  # The last lines of every container that is neither healthy nor running without a health check.
+  local name
+  for name in $("$DOCKER" ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}\t{{.Status}}' \
+                | awk -F'\t' '$2 !~ /\(healthy\)/ && !($2 ~ /^Up/ && $2 !~ /health/) {print $1}'); do
+    echo "--- $name: its last lines and its health checks"
+    "$DOCKER" logs --tail 30 "$name" 2>&1
+    "$DOCKER" inspect --format '{{if .State.Health}}{{range .State.Health.Log}}{{.ExitCode}}: {{.Output}}{{end}}{{end}}' \
+      "$name" 2>&1 | tail -n 8
+  done
+}
 cleanup() {
   local rc=$?
   if [ -n "$ENGINE_PID" ] && [ "$rc" != 0 ]; then
     compose logs --no-color >"$RUN/compose-logs.txt" 2>&1 || true
     echo "compose-demo: failed; the containers' logs are in $RUN/compose-logs.txt" >&2
+    explain_failure >&2 || true
   fi
   [ -n "$ENGINE_PID" ] && compose down -v --remove-orphans >>"$RUN/compose-down.log" 2>&1 || true
   stop_engine

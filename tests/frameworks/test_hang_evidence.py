@@ -70,7 +70,9 @@ def test_hangs_are_attributed_from_outside_the_job(services, frameworks_python, 
     jobs = {case.name: _submit(dataclasses.replace(case, env={**case.env, "FAULT_MARK": str(marks)}), services,
                                frameworks_python) for case in CASES}
     settled: dict[str, dict] = {}
-    deadline = time.monotonic() + 540
+    # A correctness test, not a timing one: the stuck-every-attempt case needs two attempts, each a start,
+    # 30 s without progress, evidence and a decision; beside the hosts tier on 2 cores that took over 540 s.
+    deadline = time.monotonic() + 840
     try:
         while len(settled) < len(CASES) and time.monotonic() < deadline:
             for case in CASES:
@@ -82,8 +84,9 @@ def test_hangs_are_attributed_from_outside_the_job(services, frameworks_python, 
     rows, failures = [], []
     for case in CASES:
         job, found = jobs[case.name], settled.get(case.name)
-        if found is None:
-            failures.append(f"{case.name}: not settled in time (job {job}: {job_fields(job).get('JobState')})")
+        if found is None:  # where it was when time ran out, from CI's output alone
+            failures.append(f"{case.name}: not settled in time (job {job}: {job_fields(job).get('JobState')})\n"
+                            + _evidence(job, ledger(job) or {}, Path(services["RELAUNCH_RUN_DIR"]) / "jobs"))
             continue
         record = found["record"]
         anomalies = {a["anomaly_id"]: a for a in record.get("anomalies", [])}
