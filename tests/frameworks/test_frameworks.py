@@ -42,10 +42,13 @@ class Case:
 
 # hang_timeout=30 (the hang floor, seconds): the calibrated timeout still comes from each job's own step
 # intervals above it, but a 2-core CI machine running the whole cluster can stall a healthy job for
-# longer than the test stack's 10 s floor. straggler_threshold=50: the cases share 2 cores, so a healthy
-# run's pace swings with its neighbours' (one CI run saw an HF run 27% below its own baseline for 2
-# windows while restarted cases imported torch beside it); a straggler still needs half the pace lost.
-R = "relaunch:hang_timeout=30,straggler_threshold=50"
+# longer than the test stack's 10 s floor. straggler_threshold=80: the cases share 2 cores with each other
+# and with the other tiers, so a healthy run's pace swings with its neighbours' (one CI run saw an HF run
+# 27% below its own baseline for 2 windows while restarted cases imported torch beside it; a clean clone
+# on a fresh machine saw the Megatron-format run 55% below while release roots were built beside the
+# tier). No case of this tier is a straggler (the straggler rules have their own tests, on the e2e tier
+# and in tests/unit); the threshold only keeps CPU contention from reading as one.
+R = "relaunch:hang_timeout=30,straggler_threshold=80"
 CASES = [
     Case("hf healthy (progress also by callback)", "hf", "40 --callback", R, decision="none"),
     Case("lightning tqdm healthy", "lightning", "40 --plain", R, decision="none"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from slurmjobs import job_fields, ledger, stack, wait_until
-from test_lost_node import cancel, iterations, restore, running_on_two, stack_env, submit
+from test_lost_node import cancel, every_probe_heard, iterations, restore, running_on_two, stack_env, submit
 
 from relaunch.actuator.domain.hostlists import expand
 
@@ -45,6 +45,7 @@ def test_a_cut_host_is_left_out_never_the_host_that_survived(services):
     nodes = wait_until("the job on two hosts", lambda: running_on_two(job), timeout=60)
     wait_until("steady progress", lambda: iterations(services, job) >= 15, timeout=60)
     survivor, victim = nodes  # the batch host survives: its slurmstepd prints the NODE FAILURE line
+    every_probe_heard(services)
     stack(stack_env(services), "cut", victim)
     try:
         moved = wait_until(f"the job running again without {victim}",

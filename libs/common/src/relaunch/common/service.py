@@ -26,14 +26,17 @@ def setup_logging(service: str, level: str = "INFO") -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
-def bootstrap(service: str, settings_type: type[S], logged_as: str | None = None) -> tuple[CommonSettings, S]:
+def bootstrap(service: str, settings_type: type[S],
+              logged_as: str | Callable[[CommonSettings, S], str] | None = None) -> tuple[CommonSettings, S]:
     """The start of every composition root: the common settings and the service's own (an error names the
-    variable: SettingsError), the backends the service needs (require_backends), logging and tracing."""
+    variable: SettingsError), the backends the service needs (require_backends), logging and tracing under
+    `logged_as` (a name, or a function of the settings that may raise SettingsError, e.g. gpu-probe[node])."""
     common = load_settings(CommonSettings)
     settings = load_settings(settings_type)
     require_backends(common, settings_type)
-    setup_logging(logged_as or service, common.log_level)
-    setup_tracing(logged_as or service, common.otlp_endpoint, common.trace_file)
+    name = logged_as(common, settings) if callable(logged_as) else (logged_as or service)
+    setup_logging(name, common.log_level)
+    setup_tracing(name, common.otlp_endpoint, common.trace_file)
     return common, settings
 
 

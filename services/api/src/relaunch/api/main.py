@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import uvicorn
 
-from relaunch.common.service import setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
+from relaunch.common.service import bootstrap
+from relaunch.common.settings import SettingsError
 
 from . import backends
 from .app import create_app
@@ -15,13 +14,9 @@ from .settings import ApiSettings
 
 def main() -> None:
     try:
-        common = load_settings(CommonSettings)
-        settings = load_settings(ApiSettings)
-        require_backends(common, ApiSettings)
+        common, settings = bootstrap("api", ApiSettings)
     except SettingsError as exc:  # one line naming the variable, not a traceback (exit status 1)
         raise SystemExit(f"relaunch api: {exc}") from None
-    setup_logging("api", common.log_level)
-    setup_tracing("api", common.otlp_endpoint, common.trace_file)
     # Redis is optional for the API: it holds the detector's progress histories (the progress chart);
     # without it the chart shows the ledger's markers alone.
     app = create_app(settings, lambda: backends.connect(common.database_url, common.nats_url, common.redis_url,

@@ -13,9 +13,8 @@ import sys
 
 from relaunch.common.connection import Bus
 from relaunch.common.schemas import validate_name
-from relaunch.common.service import run_service, setup_logging
-from relaunch.common.telemetry import setup_tracing
-from relaunch.common.settings import CommonSettings, SettingsError, load_settings, require_backends
+from relaunch.common.service import bootstrap, run_service
+from relaunch.common.settings import CommonSettings, SettingsError
 
 from .adapters.fake_nvml import FakeNvml
 from .domain.classification import Rules
@@ -57,20 +56,22 @@ def probe_config(cluster: str, node: str, settings: ProbeSettings) -> ProbeConfi
                        interval_s=settings.interval_s, event_wait_s=settings.event_wait_s, rules=rules)
 
 
-async def amain(node_arg: str | None) -> None:
-    common = load_settings(CommonSettings)
-    if node_arg:
-        os.environ["RELAUNCH_PROBE_NODE"] = node_arg
-    settings = load_settings(ProbeSettings)
-    require_backends(common, ProbeSettings)
+def logged_as(common: CommonSettings, settings: ProbeSettings) -> str:
+    """gpu-probe[NODE], once the node and the cluster are valid names (SettingsError says how to set them)."""
     try:
-        node = validate_name(settings.node)
-        cluster = validate_name(common.cluster)
+        validate_name(settings.node)
+        validate_name(common.cluster)
     except ValueError as exc:
         raise SettingsError(f"set the node with --node NAME or RELAUNCH_PROBE_NODE, and RELAUNCH_CLUSTER: {exc}") \
             from exc
-    setup_logging(f"gpu-probe[{node}]", common.log_level)
-    setup_tracing(f"gpu-probe[{node}]", common.otlp_endpoint, common.trace_file)
+    return f"gpu-probe[{settings.node}]"
+
+
+async def amain(node_arg: str | None) -> None:
+    if node_arg:
+        os.environ["RELAUNCH_PROBE_NODE"] = node_arg
+    common, settings = bootstrap("gpu-probe", ProbeSettings, logged_as)
+    node, cluster = settings.node, common.cluster
     backend = make_backend(settings)  # before connecting: a node without NVML fails fast and says why
     bus = await Bus.connect(common.nats_url, f"gpu-probe-{node}")
     probe = Probe(bus, backend, probe_config(cluster, node, settings))
