@@ -62,6 +62,9 @@ KNOWN_CLASSIFIER_MISSES = {
         "node is flaky is the admins' finding, not something the line shows",
     "n369": "classified ecc_error (hardware, restart_excluding) without a host: the two lines name no node; the CI "
         "sweep that found atl1-1-03-007-31-0 is the PR's finding, not something the lines show",
+    "n312": "classified dataloader_error (unknown, restart); the label says no_retry (a worker killed for host memory)",
+    "n315": "nothing found: the TPU session's gRPC 'Socket closed' is logged as a warning that retries the call",
+    "n317": "classified nccl_network_error (unknown, restart); the label says no_retry (the container's shared memory)",
 }
 
 

@@ -161,6 +161,10 @@ FAILURES = [
     ("[2025-07-04T00:54:23.932] update_node: node gpu-dy-7 reason set to: Scheduler health check failed",
      "slurmctld_node_reason", "infrastructure", "restart"),
     # PyTorch/XLA's XRT: a torn-down session is what the other devices see; a rank's own error explains more
+    # XRT's own session set-up on the TPU worker (configure_distributed_tpu), logged through tf_logging.cc
+    ("E    2858 tensorflow/compiler/xla/xla_client/tf_logging.cc:11] Check failed: session.Run({tensorflow::Output("
+     "result, 0)}, &outputs) == ::tensorflow::Status::OK() (Internal: From /job:tpu_worker/replica:0/task:0:\n"
+     "Global core array does not contain host cores [0x0x0_TC0]", "xla_xrt_call_failed", "unknown", "restart"),
     ("Exception in device=TPU:1: tensorflow/compiler/xla/xla_client/xrt_computation_client.cc:415 : Check failed: "
      "session->session()->Run(session_work->feed_inputs, session_work->outputs_handles, &outputs) == "
      "::tensorflow::Status::OK() (Cancelled: From /job:tpu_worker/replica:0/task:0:", "xla_xrt_call_failed", "unknown",
