@@ -67,13 +67,11 @@ explain_failure() {  # what a failed run's log must show by itself (CI keeps onl
   if [ -s "$RUN/compose-up.log" ]; then
     echo "--- the last lines of $RUN/compose-up.log"; tail -n 25 "$RUN/compose-up.log"
   fi
-  echo "--- each container's state"
-  "$DOCKER" ps -a --filter "label=com.docker.compose.project=$PROJECT" \
-    --format '{{.Names}}\t{{.Status}}' | sort
+  local states name
+  states=$("$DOCKER" ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}\t{{.Status}}' | sort)
+  echo "--- each container's state"; echo "$states"
   # The last lines of every container that is neither healthy nor running without a health check.
-  local name
-  for name in $("$DOCKER" ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}\t{{.Status}}' \
-                | awk -F'\t' '$2 !~ /\(healthy\)/ && !($2 ~ /^Up/ && $2 !~ /health/) {print $1}'); do
+  for name in $(echo "$states" | awk -F'\t' '$2 !~ /\(healthy\)/ && !($2 ~ /^Up/ && $2 !~ /health/) {print $1}'); do
     echo "--- $name: its last lines and its health checks"
     "$DOCKER" logs --tail 30 "$name" 2>&1
     "$DOCKER" inspect --format '{{if .State.Health}}{{range .State.Health.Log}}{{.ExitCode}}: {{.Output}}{{end}}{{end}}' \

@@ -69,7 +69,6 @@ class Tier:
     env: dict[str, str] = field(default_factory=dict)
     before: list[list[str]] = field(default_factory=list)  # commands that prepare the tier (a release root)
     junit: bool = True
-    alone: bool = False  # run by itself, after the others (see HOSTS)
     apart: tuple[str, ...] = ()  # tiers it never runs beside (APART)
     rc: int | None = None
     seconds: float = 0.0
@@ -262,8 +261,7 @@ def main() -> int:
     started = time.monotonic()
     watcher = threading.Thread(target=progress, args=(running, done, lock), daemon=True)
     watcher.start()
-    ran = run_all([t for t in todo if not t.alone], args.jobs, tracked)
-    ran += [tracked(t) for t in todo if t.alone]
+    ran = run_all(todo, args.jobs, tracked)
     done.set()
     failed = [t for t in ran if t.rc != 0]
     for tier in failed:
