@@ -69,6 +69,32 @@ def every_probe_heard(env: dict) -> None:
                lambda: probes_silent(env) == 0, timeout=60)
 
 
+def explain(env: dict, job: str, nodes: list[str]) -> str:
+    """What relaunch saw and did about `job`, for a host-fault test whose wait ran out (issue 38, item 3: CI keeps
+    only its output, not the stack's logs): the ledger's anomalies, Advice and hang evidence, the detector's lines
+    about the job's nodes, and the errors in those nodes' gpu-probe logs."""
+    record = ledger(job)
+    lines = [f"relaunch on job {job}:"]
+    lines += [f"  anomaly {a.get('category')} on {a.get('nodes')} at {a.get('detected_at')}: {a.get('summary')}"
+              for a in record.get("anomalies") or []]
+    lines += [f"  advice {a.get('generation')} {a.get('operation')} excluding {a.get('exclude_nodes')}: {a.get('reason')}"
+              for a in record.get("advice") or []]
+    lines += [f"  hang evidence {h.get('status')} blame {h.get('blame')} suspects {h.get('suspect_nodes')}: "
+              f"{h.get('reason')} {h.get('detail')}" for h in record.get("hang_evidence") or []]
+    lines += [f"  audit {a.get('at')} {a.get('service')} {a.get('action')}: {a.get('detail')}"
+              for a in record.get("audit") or []]
+    log = Path(env["RELAUNCH_RUN_DIR"]) / "log"
+    detector = (log / "detector.log").read_text(errors="replace").splitlines() if (log / "detector.log").exists() else []
+    about = [line for line in detector if any(f"{n}:" in line for n in nodes) or f".{job}." in line]
+    lines += ["detector (last 12 lines about these nodes or the job):"] + ["  " + line[:400] for line in about[-12:]]
+    for node in nodes:
+        probe = log / f"gpu-probe-{node}.log"
+        text = probe.read_text(errors="replace").splitlines() if probe.exists() else []
+        lines += [f"gpu-probe {node} (last 5 warnings):"] + ["  " + line[:300] for line in
+                                                            [t for t in text if " WARNING " in t or " ERROR " in t][-5:]]
+    return "\n".join(lines)
+
+
 def running_on_two(job: str) -> list[str]:
     fields = job_fields(job)
     nodes = expand(fields.get("NodeList", "")) if fields["JobState"] == "RUNNING" else []
@@ -182,9 +208,12 @@ def _trial(services, how: str, victim_of) -> dict:
     every_probe_heard(services)
     cut_at = time.time()
     stack(stack_env(services), how, victim)
-    moved = wait_until(f"{how} {victim}: the job running again without it",
-                       lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f["Restarts"] == "1"
-                       and victim not in expand(f["NodeList"]) and f, timeout=180)
+    try:
+        moved = wait_until(f"{how} {victim}: the job running again without it",
+                           lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f["Restarts"] == "1"
+                           and victim not in expand(f["NodeList"]) and f, timeout=180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{explain(services, job, nodes)}") from None
     running_at = time.time()
     record = wait_until("the ledger", lambda: (r := ledger(job)) and r["advice"] and r["anomalies"] and r)
     (anomaly,) = [a for a in record["anomalies"] if a["category"] == "node_lost"]

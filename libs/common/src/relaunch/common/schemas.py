@@ -95,7 +95,9 @@ class LogBatch(Message):
     path: str
     offset: int = Field(ge=0, description="byte offset of the first line in the file")
     lines: list[str]
-    read_at: dt.datetime
+    read_at: dt.datetime = Field(description="when the lines were written at the latest, or read; hang and straggler "
+                                             "detection take it as the lines' time (the detector's follower gives the "
+                                             "file's mtime when it is between its previous look and the read)")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

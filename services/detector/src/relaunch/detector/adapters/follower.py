@@ -4,9 +4,11 @@ in Redis and publishes them as LogBatch signals (docs/architecture.md, "Detectio
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import logging
+import time
 
 from relaunch.common import subjects
 from relaunch.common.connection import Bus
@@ -18,7 +20,7 @@ from relaunch.common.schemas import AuditEntry, LogBatch
 from ..domain.file_access import Refused
 from ..metrics import LINES, LOG_REFUSED
 from .hotstate import HotState
-from .logfiles import Access, Chunk, file_sizes, read_new_lines
+from .logfiles import Access, Chunk, file_sizes, read_new_lines, written_by
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ class Follower:
         self._files: list[tuple[str, str]] | None = None
         """(job, path) of every followed job; None when the followed set or a job's files changed."""
         self._changed_at: dict[tuple[str, str], float] = {}
+        self._looked_at: dict[tuple[str, str], float] = {}
+        """When (epoch seconds) this process last saw the file with nothing new in it: a look that found its
+        size unchanged, or a read to its end. Lines read later were written after it (logfiles.written_by)."""
         """When this process first saw the file or saw its size change (loop time)."""
         self._warm: list[tuple[str, str]] = []
         """The files that grew within COLD_S (as of the last pass over them)."""
@@ -124,9 +129,13 @@ class Follower:
         else:
             tier = "hot"
             files = self._hot = self._within(self._hot, QUIET_S, now)
+        looked = time.time()
         sizes = await asyncio.to_thread(file_sizes, [path for _, path in files])
         known = self._sizes
         grown = {key: size for key, size in zip(files, sizes) if size is not None and known.get(key) != size}
+        for key, size in zip(files, sizes):
+            if size is not None and key not in grown:
+                self._looked_at[key] = looked
         by_job: dict[str, list[tuple[str, str]]] = {}
         for key in grown:
             by_job.setdefault(key[0], []).append(key)
@@ -153,6 +162,7 @@ class Follower:
         for path in self._paths.pop(job_id, ()):
             self._sizes.pop((job_id, path), None)
             self._changed_at.pop((job_id, path), None)
+            self._looked_at.pop((job_id, path), None)
         self._files = None
 
     def _forget_unfollowed(self, followed: set[str]) -> None:
@@ -171,7 +181,9 @@ class Follower:
             access = Access.of(info, self.log_roots)
             for path in dict.fromkeys(p for p in (info.get("stdout"), info.get("stderr")) if p):
                 offset = int(info.get(f"off:{path}", "0"))
+                looked_at = self._looked_at.get((job_id, path))
                 while True:
+                    reading = time.time()
                     try:
                         chunk = await asyncio.to_thread(read_new_lines, path, offset, access)
                     except Refused as refusal:
@@ -179,13 +191,14 @@ class Follower:
                         break
                     if chunk is None or chunk.next_offset == offset:
                         break
-                    await self._publish(job_id, attempt, path, chunk)
+                    await self._publish(job_id, attempt, path, chunk, looked_at)
                     published = published or bool(chunk.lines)
                     offset = chunk.next_offset
                     # Crash between publish and this write: the batch is re-read and re-published with
                     # the same Msg-Id, which JetStream drops.
                     await self.state.set_offset(self.cluster, job_id, path, offset)
                     if not chunk.more:
+                        self._looked_at[(job_id, path)] = reading  # what comes next was written after this read
                         break  # all there was: no second open (each is a checked walk, logfiles.open_as_owner)
         return published
 
@@ -208,10 +221,14 @@ class Follower:
             self._refused.discard((job_id, path))
             log.warning("job %s: could not publish the refusal's audit entry: %s", job_id, exc)
 
-    async def _publish(self, job_id: str, attempt: int, path: str, chunk: Chunk) -> None:
+    async def _publish(self, job_id: str, attempt: int, path: str, chunk: Chunk,
+                       looked_at: float | None = None) -> None:
         """Split a chunk into batches under batch_bytes; each Msg-Id names its exact byte range,
-        so a re-read after a crash is either dropped as a duplicate or re-scanned, never lost."""
+        so a re-read after a crash is either dropped as a duplicate or re-scanned, never lost. Each batch's
+        read_at is when its lines were written at the latest (logfiles.written_by), not merely when they were
+        read."""
         LINES.inc(len(chunk.lines))
+        read_at = dt.datetime.fromtimestamp(written_by(utcnow().timestamp(), chunk.mtime, looked_at), dt.UTC)
         path_key = hashlib.sha1(path.encode()).hexdigest()[:12]
         start_index, start_offset, size = 0, chunk.offset, 0
         for i, line in enumerate(chunk.lines):
@@ -220,7 +237,7 @@ class Follower:
             if not last and size + _wire_len(chunk.lines[i + 1]) <= self.batch_bytes:
                 continue
             batch = LogBatch(cluster=self.cluster, job_id=job_id, attempt=attempt, path=path,
-                             offset=start_offset, lines=chunk.lines[start_index: i + 1], read_at=utcnow())
+                             offset=start_offset, lines=chunk.lines[start_index: i + 1], read_at=read_at)
             await self.bus.publish(subjects.signal_log(self.cluster, job_id), batch,
                                    msg_id=f"log.{self.cluster}.{job_id}.{path_key}.{start_offset}-{chunk.ends[i]}")
             start_index, start_offset, size = i + 1, chunk.ends[i], 0

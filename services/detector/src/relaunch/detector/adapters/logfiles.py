@@ -148,6 +148,9 @@ class Chunk:
     next_offset: int
     more: bool = False
     """The read stopped at its size limit: there may be more to read now."""
+    mtime: float | None = None
+    """The file's modification time (epoch seconds) when it was read: every byte read was written by then
+    (only what that fstat saw is read); None for an empty read."""
 
 
 def unreadable_reason(paths: list[str], access: Access) -> str | None:
@@ -202,13 +205,15 @@ def read_new_lines(path: str, offset: int, access: Access, max_read: int = MAX_R
     except (FileNotFoundError, NotADirectoryError):
         return None
     with os.fdopen(fd, "rb") as fh:
-        size = os.fstat(fd).st_size
+        stat = os.fstat(fd)
+        size = stat.st_size
         if size < offset:  # truncated (a job without --open-mode=append was requeued): start over
             offset = 0
         if size == offset:
             return Chunk(offset, [], [], offset)
         fh.seek(offset)
-        data = fh.read(max_read)
+        # No further than the fstat saw, so that its mtime bounds when every byte read was written.
+        data = fh.read(min(max_read, size - offset))
     more = len(data) >= max_read
     lines: list[str] = []
     ends: list[int] = []
@@ -237,4 +242,23 @@ def read_new_lines(path: str, offset: int, access: Access, max_read: int = MAX_R
             continue
         lines.append(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         ends.append(offset + consumed)
-    return Chunk(offset, lines, ends, offset + consumed, more)
+    return Chunk(offset, lines, ends, offset + consumed, more, stat.st_mtime)
+
+
+MAX_BACKDATE_S = 5.0
+"""The follower's stamp of a batch goes back before its read by at most this much (written_by)."""
+
+
+def written_by(read_at: float, mtime: float | None, looked_at: float | None) -> float:
+    """When a chunk's lines were written at the latest (epoch seconds), for its LogBatch's read_at. Pure.
+
+    A follower slowed down by a busy host reads a line seconds after it was written; the step it reports then
+    looks seconds younger than it is, and a host cut just after that step looks as if it had died before it
+    (docs/reliability.md, "Faults between hosts"). The file's mtime says when its last byte was written; a
+    clock that the file's server and this host do not share must not make a line look older than it can be,
+    so the mtime counts only between `looked_at` (this process's last look at the file before those lines
+    were there: they were written after it) and the read, and only when that look is at most MAX_BACKDATE_S
+    old. Without a recent look, or without an mtime: the read's own time, as before."""
+    if mtime is None or looked_at is None or not 0 <= read_at - looked_at <= MAX_BACKDATE_S:
+        return read_at
+    return min(read_at, max(mtime, looked_at))
