@@ -153,6 +153,10 @@ FAILURES = [
     # a socket that failed names no culprit: the peer may be gone
     ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
      "Software caused connection abort", "nccl_system_error", "unknown", "restart"),
+    # NCCL before 2.4: a bare "WARN" behind the source location
+    ("gpu-07:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out\n"
+     "gpu-07:18553:18612 [0] include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
+     "nccl_system_error", "unknown", "restart"),
     ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
      "No route to host", "nccl_network_unreachable", "infrastructure", "restart"),
     # PBS/Moab's mail: preempted *by a node failure* is a node failure, not a preemption
