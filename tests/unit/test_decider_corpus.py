@@ -67,6 +67,7 @@ KNOWN_CLASSIFIER_MISSES = {
     "n317": "classified nccl_network_error (unknown, restart); the label says no_retry (the container's shared memory)",
     "n319": "nothing found: the TPU compile failure ends in a glog fatal 'Check failed: xla_tpu_programs.size() > 0' no signature reads",
     "n320": "nothing found: the TPU compiler's HBM exhaustion is logged as a glog warning (W...op_kernel.cc), which is advice",
+    "n326": "classified segfault (unknown, restart); the label says no_retry (a library build in the job's environment)",
 }
 
 
