@@ -68,6 +68,7 @@ KNOWN_CLASSIFIER_MISSES = {
     "n319": "nothing found: the TPU compile failure ends in a glog fatal 'Check failed: xla_tpu_programs.size() > 0' no signature reads",
     "n320": "nothing found: the TPU compiler's HBM exhaustion is logged as a glog warning (W...op_kernel.cc), which is advice",
     "n326": "classified segfault (unknown, restart); the label says no_retry (a library build in the job's environment)",
+    "n329": "classified slurm_node_failure (infrastructure, restart): pyxis's import failure reads as the node's set-up; the label says no_retry (the job's image path)",
 }
 
 

@@ -164,6 +164,10 @@ FAILURES = [
      "slurm_node_failure", "infrastructure", "restart"),
     ("[2025-07-04T00:54:23.932] update_node: node gpu-dy-7 reason set to: Scheduler health check failed",
      "slurmctld_node_reason", "infrastructure", "restart"),
+    # a SPANK plugin slurmd cannot initialise on the node fails the task's launch
+    ("srun: error: task 0 launch failed: Plugin initialization failed\n"
+     "[2024-03-01T08:00:00.100] [77.0] error: spank: required plugin spank_pyxis.so: init_post_opt() failed with rc=-1",
+     "slurm_prolog_error", "infrastructure", "restart"),
     # PyTorch/XLA's XRT: a torn-down session is what the other devices see; a rank's own error explains more
     # XRT's own session set-up on the TPU worker (configure_distributed_tpu), logged through tf_logging.cc
     ("E    2858 tensorflow/compiler/xla/xla_client/tf_logging.cc:11] Check failed: session.Run({tensorflow::Output("
