@@ -69,6 +69,7 @@ KNOWN_CLASSIFIER_MISSES = {
     "n320": "nothing found: the TPU compiler's HBM exhaustion is logged as a glog warning (W...op_kernel.cc), which is advice",
     "n326": "classified segfault (unknown, restart); the label says no_retry (a library build in the job's environment)",
     "n329": "classified slurm_node_failure (infrastructure, restart): pyxis's import failure reads as the node's set-up; the label says no_retry (the job's image path)",
+    "n331": "classified slurm_cancelled (scheduler, stop): stopped as a cancellation (user_cancelled), not as the job's own fault; the label says no_retry for user_code (its NCCL settings)",
 }
 
 
