@@ -65,6 +65,11 @@ KNOWN_CLASSIFIER_MISSES = {
     "n312": "classified dataloader_error (unknown, restart); the label says no_retry (a worker killed for host memory)",
     "n315": "nothing found: the TPU session's gRPC 'Socket closed' is logged as a warning that retries the call",
     "n317": "classified nccl_network_error (unknown, restart); the label says no_retry (the container's shared memory)",
+    "n319": "nothing found: the TPU compile failure ends in a glog fatal 'Check failed: xla_tpu_programs.size() > 0' no signature reads",
+    "n320": "nothing found: the TPU compiler's HBM exhaustion is logged as a glog warning (W...op_kernel.cc), which is advice",
+    "n326": "classified segfault (unknown, restart); the label says no_retry (a library build in the job's environment)",
+    "n329": "classified slurm_node_failure (infrastructure, restart): pyxis's import failure reads as the node's set-up; the label says no_retry (the job's image path)",
+    "n331": "classified slurm_cancelled (scheduler, stop): stopped as a cancellation (user_cancelled), not as the job's own fault; the label says no_retry for user_code (its NCCL settings)",
 }
 
 

@@ -153,6 +153,10 @@ FAILURES = [
     # a socket that failed names no culprit: the peer may be gone
     ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
      "Software caused connection abort", "nccl_system_error", "unknown", "restart"),
+    # NCCL before 2.4: a bare "WARN" behind the source location
+    ("gpu-07:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out\n"
+     "gpu-07:18553:18612 [0] include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
+     "nccl_system_error", "unknown", "restart"),
     ("node1:123:456 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45555> failed : "
      "No route to host", "nccl_network_unreachable", "infrastructure", "restart"),
     # PBS/Moab's mail: preempted *by a node failure* is a node failure, not a preemption
@@ -160,6 +164,10 @@ FAILURES = [
      "slurm_node_failure", "infrastructure", "restart"),
     ("[2025-07-04T00:54:23.932] update_node: node gpu-dy-7 reason set to: Scheduler health check failed",
      "slurmctld_node_reason", "infrastructure", "restart"),
+    # a SPANK plugin slurmd cannot initialise on the node fails the task's launch
+    ("srun: error: task 0 launch failed: Plugin initialization failed\n"
+     "[2024-03-01T08:00:00.100] [77.0] error: spank: required plugin spank_pyxis.so: init_post_opt() failed with rc=-1",
+     "slurm_prolog_error", "infrastructure", "restart"),
     # PyTorch/XLA's XRT: a torn-down session is what the other devices see; a rank's own error explains more
     # XRT's own session set-up on the TPU worker (configure_distributed_tpu), logged through tf_logging.cc
     ("E    2858 tensorflow/compiler/xla/xla_client/tf_logging.cc:11] Check failed: session.Run({tensorflow::Output("
