@@ -28,13 +28,17 @@ def set_min_job_age(env: dict, seconds: int) -> None:
     subprocess.run(["scontrol", "reconfigure"], check=True, timeout=30)
 
 
-def submit(env: dict, seconds: float, exit_code: int, line: str = "", max_attempts: int = 1) -> str:
-    """A job that sleeps, writes `line` to stderr (its own file, -e) and exits."""
+def submit(env: dict, seconds: float, exit_code: int, line: str = "", max_attempts: int = 1,
+           until: Path | None = None) -> str:
+    """A job that sleeps (or, with `until`, runs until that file exists, `seconds` at most), writes `line` to stderr
+    (its own file, -e) and exits."""
     jobs = Path(env["RELAUNCH_RUN_DIR"]) / "jobs"
     say = f"echo {line!r} >&2; " if line else ""
+    wait = (f"for _ in $(seq {int(seconds * 5)}); do [ -e {until} ] && break; sleep 0.2; done; " if until
+            else f"sleep {seconds}; ")
     out = subprocess.run(["sbatch", "--parsable", f"--comment=relaunch:max_attempts={max_attempts}",
                           "-o", str(jobs / "%x-%j.out"), "-e", str(jobs / "%x-%j.err"),
-                          "-J", "sacct-history", f"--wrap=sleep {seconds}; {say}exit {exit_code}"],
+                          "-J", "sacct-history", f"--wrap={wait}{say}exit {exit_code}"],
                          check=True, capture_output=True, text=True)
     return out.stdout.strip().split(";")[0]
 
@@ -55,18 +59,23 @@ def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_t
     actuator = int((Path(services["RELAUNCH_RUN_DIR"]) / "pids" / "actuator.pid").read_text())
     set_min_job_age(services, MIN_JOB_AGE)
     stopped = False
+    # Job A runs until the test has frozen the actuator: a fixed 4 s run ended before a loaded CI machine's
+    # observer and ledger showed it running (issue 38, item 3), and the test waited for a state already gone.
+    release = Path(services["RELAUNCH_RUN_DIR"]) / "jobs" / f"sacct-release-{os.getpid()}"
+    release.unlink(missing_ok=True)
     try:
-        seen = submit(services, 4, 3)
+        seen = submit(services, 120, 3, until=release)
         wait_until("the observer to report job A running",
-                   lambda: any(a["state"] == "RUNNING" for a in ledger(seen).get("attempts") or []), timeout=30)
+                   lambda: any(a["state"] == "RUNNING" for a in ledger(seen).get("attempts") or []), timeout=60)
         os.kill(actuator, signal.SIGSTOP)
         stopped = True
+        release.touch()
         unseen = submit(services, 0.5, 4)
         # An application error that only accounting will know, with attempts to spare: the detector
         # must read its log (the path comes from accounting) and the decider must stop it.
         app_error = submit(services, 0.5, 1, "ModuleNotFoundError: No module named 'tensorboard'", max_attempts=3)
         wait_until("slurmctld to forget the jobs", lambda: not any(map(known_to_slurmctld, (seen, unseen, app_error))),
-                   timeout=4 + 2 * MIN_JOB_AGE + 30)
+                   timeout=2 * MIN_JOB_AGE + 30)
         os.kill(actuator, signal.SIGCONT)
         stopped = False
         a = wait_until("job A's final state in the ledger", lambda: final_attempt(seen), timeout=30)
@@ -81,6 +90,7 @@ def test_final_state_and_exit_code_come_from_accounting_after_slurmctld_forgot_t
         assert anomaly["evidence"][0]["path"].endswith(f"sacct-history-{app_error}.err")
         assert record["advice"] == []
     finally:
+        release.touch()  # job A ends whatever happened
         if stopped:
             os.kill(actuator, signal.SIGCONT)
         set_min_job_age(services, 300)
