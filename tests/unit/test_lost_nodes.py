@@ -141,6 +141,18 @@ def test_a_step_seen_after_the_heartbeat_was_due_exonerates_the_host_until_the_j
     assert made.summary == "x; hang" and made.evidence[0].path == "gpu-probe:node2"
 
 
+def test_a_line_that_reached_the_log_seconds_late_still_names_the_lost_host_at_a_hang():
+    """Seen in CI (three test stacks on two cores): the cut host's last heartbeat 7.6 s before the job's last step as
+    its log shows it (the step was printed before the cut; slurmstepd and srun, starved of CPU, wrote it late)."""
+    last_step = Progress(NOW - 11.0, 9, (0.2,) * 8)
+    hb = {"node1": Heard(NOW - 0.5, 2.0), "node2": Heard(NOW - 11.0 - 7.6, 2.0)}
+    found = at_hang(["node1", "node2"], hb, last_step, NOW)
+    assert found is not None and found.nodes == ("node2",)
+    # Silent 20 s before the last step: the job stepped on without it for longer than any output lag: a probe alone.
+    hb["node2"] = Heard(NOW - 11.0 - 20.0, 2.0)
+    assert at_hang(["node1", "node2"], hb, last_step, NOW) is None
+
+
 def test_a_probe_silent_long_before_the_last_step_is_a_probe_alone_at_a_hang_too():
     """A probe that died minutes before a software hang: the job stepped on for minutes without it."""
     last_step = Progress(NOW - 30.0, 900, (0.2,) * 8)

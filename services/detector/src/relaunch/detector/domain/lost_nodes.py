@@ -19,10 +19,11 @@ seconds that a host is gone (docs/reliability.md, "Faults between hosts"). Rules
   names none, so that the restart excludes nothing and the job waits in the queue instead of being
   sent away from the partition (docs/policy.md).
 - when the hang watch declares a hang (`at_hang`), a node that fell silent shortly before the job's last
-  step (within MISSED + 1 of its heartbeat intervals and SLACK_S) while another node of the job was heard
+  step (within MISSED + 1 of its heartbeat intervals and OUTPUT_LAG_S) while another node of the job was heard
   after that step is the lost host: the step proved the host alive a moment longer than its heartbeat did
-  (a heartbeat that died with the cut in flight, a log read late on a loaded host), and the verdict above
-  took it for a probe alone. A probe silent for longer before the last step is a probe alone, hang or not.
+  (a heartbeat that died with the cut in flight, a line that reached the log seconds late through a loaded
+  host's slurmstepd and srun), and the verdict above took it for a probe alone. A probe silent for longer
+  before the last step is a probe alone, hang or not.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ LATE_SHARE = 0.5
 with three test stacks on two cores): a node heard within that of a silent node's due time proves nothing."""
 SLACK_S = 1.0
 """Steps that were in flight when the host went: seen up to this long after its heartbeat was due."""
+OUTPUT_LAG_S = 10.0
+"""How much later than it was printed a job's line may reach its log file on a loaded host (a task's output goes
+through slurmstepd and srun, CPU-starved there like the job). Seen in the hosts tier with three test stacks on
+two cores: a cut host's last step landed 2.4 to 7.6 s after its last heartbeat (the follower stamps a line with
+the file's mtime, so this is the output path's lag, not the follower's). Only a hang (at_hang) allows it: the
+live verdict, which acts within seconds, keeps SLACK_S."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ def at_hang(job_nodes: list[str], heard: dict[str, Heard], progress: Progress, n
         return None
     quiet = {n: silence(heard[n], now) for n in job_nodes if n in heard}
     silent = tuple(sorted(n for n, s in quiet.items() if s > 0
-                          and heard[n].at >= progress.at - (MISSED + 1) * heard[n].interval_s - SLACK_S))
+                          and heard[n].at >= progress.at - (MISSED + 1) * heard[n].interval_s - OUTPUT_LAG_S))
     if not silent:
         return None
     since = max(progress.at, max(heard[n].at + heard[n].interval_s * (1 + LATE_SHARE) for n in silent) + JITTER_S)
