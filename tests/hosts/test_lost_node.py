@@ -95,6 +95,15 @@ def explain(env: dict, job: str, nodes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def running_again_without(env: dict, job: str, nodes: list[str], victim: str, what: str) -> dict:
+    """The job's fields once it runs again (restart 1) without `victim`; a wait that runs out says what relaunch saw."""
+    try:
+        return wait_until(what, lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f["Restarts"] == "1"
+                          and victim not in expand(f["NodeList"]) and f, timeout=180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{explain(env, job, nodes)}") from None
+
+
 def running_on_two(job: str) -> list[str]:
     fields = job_fields(job)
     nodes = expand(fields.get("NodeList", "")) if fields["JobState"] == "RUNNING" else []
@@ -208,12 +217,7 @@ def _trial(services, how: str, victim_of) -> dict:
     every_probe_heard(services)
     cut_at = time.time()
     stack(stack_env(services), how, victim)
-    try:
-        moved = wait_until(f"{how} {victim}: the job running again without it",
-                           lambda: (f := job_fields(job))["JobState"] == "RUNNING" and f["Restarts"] == "1"
-                           and victim not in expand(f["NodeList"]) and f, timeout=180)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{explain(services, job, nodes)}") from None
+    moved = running_again_without(services, job, nodes, victim, f"{how} {victim}: the job running again without it")
     running_at = time.time()
     record = wait_until("the ledger", lambda: (r := ledger(job)) and r["advice"] and r["anomalies"] and r)
     (anomaly,) = [a for a in record["anomalies"] if a["category"] == "node_lost"]

@@ -132,10 +132,15 @@ class Follower:
         looked = time.time()
         sizes = await asyncio.to_thread(file_sizes, [path for _, path in files])
         known = self._sizes
-        grown = {key: size for key, size in zip(files, sizes) if size is not None and known.get(key) != size}
-        for key, size in zip(files, sizes):
-            if size is not None and key not in grown:
-                self._looked_at[key] = looked
+        grown: dict[tuple[str, str], int] = {}
+        looked_at = self._looked_at
+        for key, size in zip(files, sizes):  # one walk over the files on this hot path
+            if size is None:
+                continue
+            if known.get(key) != size:
+                grown[key] = size
+            else:
+                looked_at[key] = looked
         by_job: dict[str, list[tuple[str, str]]] = {}
         for key in grown:
             by_job.setdefault(key[0], []).append(key)
